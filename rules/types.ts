@@ -1,0 +1,141 @@
+// The compiled rule set: what the broker runs on after a rule file (or the embedded catalogue)
+// has been parsed, validated and normalized. Everything the proxy needs is here, already
+// checked, so the request path never re-validates.
+
+/** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
+export interface HostPattern {
+  /** The pattern as written in the rule file, for messages. */
+  readonly source: string;
+  /** Lower-cased, punycode, no trailing dot. For a wildcard, the suffix without `*.` */
+  readonly host: string;
+  /** `*.example.com` matches one or more labels in front of `example.com`, never the apex. */
+  readonly wildcard: boolean;
+  /** The port this pattern binds to: an explicit `host:port`, else 443. */
+  readonly port: number;
+}
+
+/** Where the real secret goes in a request. */
+export interface InjectSpec {
+  /** Header names (lower-case) whose values may carry the placeholder. */
+  readonly headers: readonly string[];
+  /** A query parameter whose value may carry the placeholder. */
+  readonly query?: string;
+  /** Swap the placeholder inside the decoded credentials of `Authorization: Basic`. */
+  readonly basic?: { readonly username?: string };
+  /**
+   * How keybroker builds the header value itself (reverse mode): `{secret}` is replaced.
+   * Default `Bearer {secret}` for authorization, `{secret}` otherwise.
+   */
+  readonly format?: string;
+}
+
+export type PoolStrategy = "fill_first" | "round_robin" | "least_used";
+
+export interface PolicyRule {
+  readonly action: "deny" | "approve";
+  /** Upper-case methods; empty = any. */
+  readonly methods: readonly string[];
+  /** Path globs (micromatch), matched against the path without the query; empty = any. */
+  readonly paths: readonly string[];
+}
+
+export interface GoogleServiceAccountAuth {
+  readonly kind: "google_service_account";
+  readonly key: string;
+  readonly scopes?: readonly string[];
+}
+
+export interface AwsSigV4Auth {
+  readonly kind: "aws_sigv4";
+  readonly region: string;
+  readonly service: string;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly sessionToken?: string;
+}
+
+export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
+
+export interface OAuthSpec {
+  readonly deviceAuthorizationEndpoint?: string;
+  readonly authorizationEndpoint?: string;
+  readonly tokenEndpoint: string;
+  readonly clientId: string;
+  readonly scopes: readonly string[];
+  readonly redirectUri?: string;
+}
+
+export interface ProviderRule {
+  readonly id: string;
+  readonly hosts: readonly HostPattern[];
+  readonly inject: InjectSpec;
+  /** Credential references, in pool order: `NAME`, `env:NAME`, `dotenv:NAME`, `file:PATH`, ... */
+  readonly credentials: readonly string[];
+  readonly pool: { readonly strategy: PoolStrategy };
+  readonly headers: {
+    readonly set: Readonly<Record<string, string>>;
+    readonly remove: readonly string[];
+  };
+  readonly placeholder: {
+    /** The environment variable `run`/`env` set to the placeholder. */
+    readonly env: string;
+    readonly prefix: string;
+    /** A fixed placeholder instead of the derived one. */
+    readonly value?: string;
+  };
+  readonly policy: readonly PolicyRule[];
+  /** Reverse endpoint, e.g. `/p/vertex` (no trailing slash). */
+  readonly mount?: string;
+  /** Upstream origin for reverse mode, e.g. `https://api.openai.com`. */
+  readonly upstream?: string;
+  readonly auth?: ProviderAuth;
+  readonly oauth?: OAuthSpec;
+  /** The provider may reach upstream addresses in loopback/private ranges. */
+  readonly allowPrivateUpstream: boolean;
+  /** True when the provider came from the embedded catalogue rather than the rule file. */
+  readonly fromCatalogue: boolean;
+}
+
+export interface ClientRule {
+  readonly name: string;
+  /** Credential reference of the client's token, if it has one. */
+  readonly token?: string;
+  /** `"*"` or the provider ids the client may use. */
+  readonly providers: "*" | readonly string[];
+  readonly role: "user" | "owner";
+}
+
+export type SourceName = "infisical" | "dotenv" | "env" | "file" | "cmd";
+
+export interface InfisicalConfig {
+  readonly siteUrl: string;
+  readonly projectId: string;
+  readonly environment: string;
+  readonly path: string;
+  readonly clientId: string;
+  readonly clientSecret: string;
+  readonly ttlMs: number;
+}
+
+export interface SourcesConfig {
+  /** The lookup chain for bare names; the environment is always appended as last resort. */
+  readonly order: readonly ("infisical" | "dotenv" | "env")[];
+  /** Absolute path of the `.env` file, or undefined for the default search. */
+  readonly dotenv?: string;
+  readonly infisical?: InfisicalConfig;
+}
+
+export interface Rules {
+  /** Where the rules came from: a file path, or `embedded default catalogue`. */
+  readonly origin: string;
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly intercept: "providers" | "all";
+  /** Absolute paths of extra PEM roots for upstream verification. */
+  readonly upstreamCa: readonly string[];
+  /** `host:port` (normalized) → `address:port`. */
+  readonly resolve: ReadonlyMap<string, { readonly host: string; readonly port: number }>;
+  readonly sources: SourcesConfig;
+  readonly providers: readonly ProviderRule[];
+  readonly fallbacks: Readonly<Record<string, readonly string[]>>;
+  readonly clients: readonly ClientRule[];
+}
