@@ -71,7 +71,15 @@ export interface ProviderRule {
   readonly inject: InjectSpec;
   /** Credential references, in pool order: `NAME`, `env:NAME`, `dotenv:NAME`, `file:PATH`, ... */
   readonly credentials: readonly string[];
-  readonly pool: { readonly strategy: PoolStrategy };
+  readonly pool: {
+    readonly strategy: PoolStrategy;
+    /** `client`: keep each client on the credential it used last while that one has quota. */
+    readonly affinity?: "client";
+    /** Bytes of request body buffered for a retry on another credential; unset = the default (4 MiB). */
+    readonly retryBodyLimit?: number;
+    /** Cooldown after a quota response that gave no reset time; unset = the pool's default. */
+    readonly cooldownMs?: number;
+  };
   readonly headers: {
     readonly set: Readonly<Record<string, string>>;
     readonly remove: readonly string[];

@@ -1,0 +1,53 @@
+// Value-based scrubbing: every real secret the process has resolved is registered here, and
+// any text the broker writes (log lines, error messages, crash output) passes through `scrub`.
+// This is the second net behind the Secret type: it also catches values quoted by libraries.
+
+const MIN_LENGTH = 4;
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** The forms a value can take in text: raw, JSON-escaped, URL-encoded, base64 (three alignments). */
+export function secretForms(value: string): string[] {
+  const forms = new Set<string>([value]);
+  forms.add(JSON.stringify(value).slice(1, -1));
+  forms.add(encodeURIComponent(value));
+  forms.add(encodeURIComponent(value).replace(/%20/g, "+"));
+  for (let shift = 0; shift < 3; shift++) {
+    // The value's base64 inside a longer base64 text (e.g. `user:secret` in Basic auth) is
+    // stable apart from the characters that straddle its edges: keep only the stable core.
+    const b64 = Buffer.from("\0".repeat(shift) + value).toString("base64");
+    const start = shift === 0 ? 0 : Math.ceil((shift * 4) / 3);
+    const tail = (shift + value.length) % 3;
+    const end = tail === 0 ? b64.length : b64.length - 4;
+    const core = b64.slice(start, end).replace(/=+$/, "");
+    if (core.length >= 8) forms.add(core);
+  }
+  return [...forms].filter((f) => f.length >= MIN_LENGTH);
+}
+
+export class Scrubber {
+  readonly #values = new Set<string>();
+  #pattern: RegExp | undefined;
+
+  add(value: string): void {
+    if (value.length < MIN_LENGTH || this.#values.has(value)) return;
+    this.#values.add(value);
+    const all = [...this.#values].flatMap(secretForms).sort((a, b) => b.length - a.length);
+    this.#pattern = new RegExp(all.map(escapeRegExp).join("|"), "g");
+  }
+
+  get size(): number {
+    return this.#values.size;
+  }
+
+  scrub(text: string): string {
+    if (this.#pattern === undefined) return text;
+    this.#pattern.lastIndex = 0;
+    return text.replace(this.#pattern, "[REDACTED]");
+  }
+}
+
+/** The process-wide registry of known secret values. */
+export const knownSecrets = new Scrubber();

@@ -1,0 +1,63 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { writeTrustBundle } from "../../certs/bundle.js";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { ensurePrivateDir, writeFileAtomic } from "../../core/fs.js";
+import { homeKey } from "../../core/home.js";
+import { COMMON_HELP, parse } from "../args.js";
+import type { Command } from "../command.js";
+import { createContext } from "../context.js";
+
+export const STARTER_RULES = `# keybroker rule file. Reference: https://github.com/keybroker/keybroker#rule-file
+# Without any providers: entry the embedded catalogue serves (openai, anthropic, gemini, ...):
+# each is active when its usual variable (OPENAI_API_KEY, ...) has a value.
+version: 1
+listen: 127.0.0.1:8899
+intercept: providers
+
+providers:
+  # openai:
+  #   credentials: [OPENAI_API_KEY, OPENAI_API_KEY_2]   # a pool; bare name = .env, then the environment
+  # my-api:
+  #   hosts: [api.example.com]
+  #   inject: { header: authorization, format: "Bearer {secret}" }
+  #   credentials: ["file:~/.secrets/my-api"]
+
+clients:
+  default: { providers: "*" }
+`;
+
+export const init: Command = {
+  name: "init",
+  summary: "create the home, the CA and a starter keybroker.yaml",
+  help: `Usage: keybroker init [--home DIR]
+
+Creates the home (0700), the local CA (key 0600), the home's placeholder key, a trust bundle,
+and $KEYBROKER_HOME/keybroker.yaml unless one exists. Prints the next steps.
+
+${COMMON_HELP}`,
+  async run(argv) {
+    const { values } = parse(argv, {});
+    const ctx = createContext(values);
+    ensurePrivateDir(ctx.home);
+    const authority = loadOrCreateCa(ctx.home);
+    homeKey(ctx.home);
+    const bundle = writeTrustBundle(authority, ctx.home);
+    const rulesPath = join(ctx.home, "keybroker.yaml");
+    const created = !existsSync(rulesPath);
+    if (created) writeFileAtomic(rulesPath, STARTER_RULES, 0o600);
+    ctx.out(`home:       ${ctx.home}`);
+    ctx.out(`CA:         ${authority.certPath} (${authority.fingerprint256})`);
+    ctx.out(`CA bundle:  ${bundle}`);
+    ctx.out(`rule file:  ${rulesPath}${created ? " (created)" : " (kept)"}`);
+    ctx.out("");
+    ctx.out("Next:");
+    ctx.out(
+      "  1. keep your real keys where the broker reads them (environment or .env), then: keybroker check",
+    );
+    ctx.out("  2. keybroker start                 # runs the broker on 127.0.0.1:8899");
+    ctx.out("  3. keybroker run -- <your agent>   # the agent gets placeholders, never the keys");
+    ctx.out('     or in the agent\'s shell: eval "$(keybroker env)"');
+    return 0;
+  },
+};

@@ -1,0 +1,104 @@
+import { watch } from "node:fs";
+import { basename, dirname } from "node:path";
+import { UserError } from "../../core/errors.js";
+import { Broker } from "../../proxy/server.js";
+import { RuleFileError } from "../../rules/errors.js";
+import { loadRules } from "../../rules/load.js";
+import { describeAttempts } from "../../secrets/resolver.js";
+import { COMMON_HELP, parse, UsageError } from "../args.js";
+import type { Command } from "../command.js";
+import { createContext, readRules } from "../context.js";
+
+export const start: Command = {
+  name: "start",
+  summary: "run the broker in the foreground",
+  help: `Usage: keybroker start [--config FILE] [--port N] [--home DIR]
+
+Runs the broker in the foreground on the rule file's listen address (default 127.0.0.1:8899),
+or on the embedded default catalogue when there is no rule file. Prints the address and the CA
+path on one line. SIGHUP or a change to the rule file reloads it; an invalid file is rejected
+and the old rules stay. SIGINT/SIGTERM stop it.
+
+  --port N         listen on this port instead (0 picks a free one)
+
+Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), and the variables
+that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...).
+
+${COMMON_HELP}`,
+  async run(argv) {
+    const { values } = parse(argv, { port: { type: "string" } });
+    let port: number | undefined;
+    if (values.port !== undefined) {
+      port = Number(values.port);
+      if (!Number.isInteger(port) || port < 0 || port > 65535)
+        throw new UsageError(`--port: not a port number: ${values.port}`);
+    }
+    const ctx = createContext(values);
+    const { path, rules } = readRules(ctx, values.config);
+    const broker = await Broker.create({ home: ctx.home, rules, log: ctx.log, port, advertise: true });
+    try {
+      await broker.listen();
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      const where = `${rules.listen.host}:${port ?? rules.listen.port}`;
+      if (code === "EADDRINUSE") {
+        throw new UserError(
+          `${where} is already in use: is another keybroker running (keybroker status)? Or pick --port`,
+        );
+      }
+      throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
+    }
+    ctx.out(`keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath}`);
+    for (const p of broker.runtime.providers.values()) {
+      if (p.active) {
+        const used = p.resolutions.find((r) => r.secret !== undefined)!.secret!;
+        ctx.log.info({ provider: p.rule.id, credential: used.id, source: used.source }, "provider active");
+      } else if (!p.rule.fromCatalogue) {
+        const why = p.resolutions.map((r) => `${r.ref}: ${describeAttempts(r.attempts)}`).join("; ");
+        ctx.log.warn(
+          { provider: p.rule.id },
+          `provider has no credential yet (${why || "no credentials listed"})`,
+        );
+      }
+    }
+    if (![...broker.runtime.providers.values()].some((p) => p.active)) {
+      ctx.log.warn(
+        "no provider has a credential: export OPENAI_API_KEY (or another provider's key) and restart, or run keybroker check",
+      );
+    }
+
+    let reloading = Promise.resolve();
+    const reload = (why: string) => {
+      reloading = reloading.then(async () => {
+        try {
+          await broker.reload(loadRules(path));
+          ctx.log.info({ rules: path ?? "embedded default catalogue", why }, "rules reloaded");
+        } catch (err) {
+          const message = err instanceof RuleFileError ? err.message : (err as Error).message;
+          ctx.log.error({ why }, `reload rejected, the previous rules stay: ${message}`);
+        }
+      });
+    };
+    process.on("SIGHUP", () => reload("SIGHUP"));
+    let timer: NodeJS.Timeout | undefined;
+    const watcher =
+      path === undefined
+        ? undefined
+        : // Watch the folder: editors replace the file rather than write into it.
+          watch(dirname(path), (_event, name) => {
+            if (name !== null && name !== basename(path)) return;
+            clearTimeout(timer);
+            timer = setTimeout(() => reload("rule file changed"), 150);
+          });
+
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    });
+    watcher?.close();
+    clearTimeout(timer);
+    await broker.close();
+    return 0;
+  },
+};

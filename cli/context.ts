@@ -1,0 +1,74 @@
+// What every command needs: the home, the rule file, the logger, and how to reach a running
+// broker.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { UserError } from "../core/errors.js";
+import { homePath } from "../core/home.js";
+import { createLogger, type Logger } from "../core/log.js";
+import { RuleFileError } from "../rules/errors.js";
+import { findRuleFile, loadRules } from "../rules/load.js";
+import type { Rules } from "../rules/types.js";
+
+export interface CommonOptions {
+  readonly home?: string | undefined;
+  readonly config?: string | undefined;
+}
+
+export interface Context {
+  readonly home: string;
+  readonly env: NodeJS.ProcessEnv;
+  readonly cwd: string;
+  readonly log: Logger;
+  readonly out: (line: string) => void;
+  readonly err: (line: string) => void;
+}
+
+export function createContext(opts: CommonOptions): Context {
+  return {
+    home: homePath(opts.home),
+    env: process.env,
+    cwd: process.cwd(),
+    log: createLogger(),
+    out: (line) => process.stdout.write(line + "\n"),
+    err: (line) => process.stderr.write(line + "\n"),
+  };
+}
+
+/** The rule file's path (or undefined for the embedded catalogue) and the loaded rules. */
+export function readRules(
+  ctx: Context,
+  config: string | undefined,
+): { path: string | undefined; rules: Rules } {
+  try {
+    const path = findRuleFile({ config, env: ctx.env, cwd: ctx.cwd, home: ctx.home });
+    return { path, rules: loadRules(path) };
+  } catch (err) {
+    if (err instanceof RuleFileError) throw new UserError(err.message);
+    throw err;
+  }
+}
+
+export interface RunningBroker {
+  readonly url: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly activeProviders: readonly string[];
+  readonly bundle: string;
+}
+
+/** The broker recorded in the home, if it answers its health check. */
+export async function findRunningBroker(home: string): Promise<RunningBroker | undefined> {
+  let state: RunningBroker;
+  try {
+    state = JSON.parse(readFileSync(join(home, "broker.json"), "utf8")) as RunningBroker;
+  } catch {
+    return undefined;
+  }
+  try {
+    const res = await fetch(`${state.url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
+    const body = (await res.json()) as { ok?: boolean; pid?: number };
+    return body.ok === true && body.pid === state.pid ? state : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,76 @@
+// One error type with stable codes (SPEC §11), and the single mapping to an HTTP response.
+
+export const ERROR_STATUS = {
+  bad_request: 400,
+  host_mismatch: 421,
+  client_unauthorized: 407,
+  placeholder_host_mismatch: 403,
+  policy_denied: 403,
+  approval_timeout: 403,
+  reauth_required: 401,
+  pool_exhausted: 429,
+  credential_unavailable: 503,
+  upstream_unreachable: 502,
+  upstream_tls: 502,
+  upstream_timeout: 504,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export interface BrokerErrorOptions {
+  provider?: string;
+  hint?: string;
+  cause?: unknown;
+  /** Extra response headers, e.g. `retry-after`. */
+  headers?: Record<string, string>;
+}
+
+/** An error the broker answers a client with. Messages never hold secret values. */
+export class BrokerError extends Error {
+  readonly code: ErrorCode;
+  readonly provider: string | undefined;
+  readonly hint: string | undefined;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message: string, opts: BrokerErrorOptions = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "BrokerError";
+    this.code = code;
+    this.provider = opts.provider;
+    this.hint = opts.hint;
+    this.headers = opts.headers ?? {};
+  }
+
+  get status(): number {
+    return ERROR_STATUS[this.code];
+  }
+}
+
+/** A problem the user can fix from the command line (exit code 1). */
+export class UserError extends Error {
+  override name = "UserError";
+}
+
+export interface ErrorResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** The one place an error becomes the JSON response of SPEC §11. */
+export function errorResponse(err: BrokerError): ErrorResponse {
+  const error: Record<string, string> = { type: err.code, message: err.message };
+  if (err.provider !== undefined) error.provider = err.provider;
+  if (err.hint !== undefined) error.hint = err.hint;
+  const body = JSON.stringify({ error });
+  return {
+    status: err.status,
+    headers: {
+      "content-type": "application/json",
+      "content-length": String(Buffer.byteLength(body)),
+      "x-keybroker-error": err.code,
+      ...err.headers,
+    },
+    body,
+  };
+}

@@ -1,0 +1,83 @@
+// The interception engine: turns a CONNECT socket into decrypted HTTP requests on an internal
+// http.Server (TLS terminated in-process with node:tls, no extra hop), or tunnels it untouched.
+// This is the only module that knows how TLS is terminated; docs/decisions.md says why it is
+// node:tls and not http-mitm-proxy.
+import type { Server as HttpServer } from "node:http";
+import { connect as netConnect, type Socket } from "node:net";
+import { Duplex } from "node:stream";
+import { TLSSocket } from "node:tls";
+import type { LeafMinter } from "../certs/leaf.js";
+
+/** What the CONNECT said, attached to the TLS socket for the requests that follow on it. */
+export interface ConnectInfo {
+  readonly host: string;
+  readonly port: number;
+  /** The client that authenticated the CONNECT. */
+  readonly client: string;
+}
+
+const INFO = Symbol("keybroker.connect");
+
+export function connectInfo(socket: unknown): ConnectInfo | undefined {
+  return (socket as { [INFO]?: ConnectInfo })[INFO];
+}
+
+export const CONNECT_OK = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/**
+ * Answers the CONNECT, terminates the client's TLS with a leaf for `info.host`, and hands the
+ * decrypted connection to `inner` as if it had accepted it.
+ */
+export function intercept(
+  socket: Socket,
+  head: Buffer,
+  info: ConnectInfo,
+  minter: LeafMinter,
+  inner: HttpServer,
+): TLSSocket {
+  socket.write(CONNECT_OK);
+  let transport: Socket | Duplex = socket;
+  if (head.length > 0) {
+    // Bytes the client sent before our 200: replay them in front of the socket's own.
+    socket.unshift(head);
+    transport = Duplex.from({ readable: socket, writable: socket });
+  }
+  const tls = new TLSSocket(transport as Socket, {
+    isServer: true,
+    secureContext: minter.secureContext(info.host),
+    ALPNProtocols: ["http/1.1"],
+  });
+  (tls as unknown as { [INFO]: ConnectInfo })[INFO] = info;
+  tls.on("error", () => tls.destroy());
+  inner.emit("connection", tls);
+  return tls;
+}
+
+/**
+ * Pipes the client socket to `target` untouched (hosts without a rule). `onConnectError` answers
+ * the CONNECT when the target cannot be reached.
+ */
+export function tunnel(
+  socket: Socket,
+  head: Buffer,
+  target: { host: string; port: number },
+  onConnectError: (err: Error) => void,
+): void {
+  const upstream = netConnect({ host: target.host, port: target.port });
+  upstream.setNoDelay(true);
+  let connected = false;
+  upstream.once("connect", () => {
+    connected = true;
+    socket.write(CONNECT_OK);
+    if (head.length > 0) upstream.write(head);
+    socket.pipe(upstream);
+    upstream.pipe(socket);
+  });
+  upstream.on("error", (err) => {
+    if (connected) socket.destroy();
+    else onConnectError(err);
+  });
+  socket.on("error", () => upstream.destroy());
+  socket.on("close", () => upstream.destroy());
+  upstream.on("close", () => socket.destroy());
+}

@@ -1,0 +1,44 @@
+// One request's state as it moves through the pipeline.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Secret } from "../secrets/secret.js";
+import type { HeaderList } from "./headers.js";
+import type { ClientState, ProviderState, Runtime } from "./runtime.js";
+
+/**
+ * - intercept: HTTPS terminated by keybroker after a CONNECT.
+ * - reverse: a loopback `/p/<provider>/...` request.
+ * - plain: an absolute-form plain-HTTP proxy request (never injected).
+ */
+export type Mode = "intercept" | "reverse" | "plain";
+
+export interface Exchange {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly mode: Mode;
+  readonly rt: Runtime;
+  readonly client: ClientState;
+  /** Target host (normalized) and port the request is bound for. */
+  readonly host: string;
+  readonly port: number;
+  readonly scheme: "https" | "http";
+  /** SNI the client sent, for intercepted requests. */
+  readonly sni: string | undefined;
+  /** Path and query sent upstream. */
+  path: string;
+  /** Headers sent upstream (hop-by-hop already removed). */
+  readonly headers: HeaderList;
+  provider: ProviderState | undefined;
+  /** The secret injected, when one was. */
+  secret: Secret | undefined;
+  /** Where the provider's own placeholder was seen (for the outside-injection-point warning). */
+  placeholderSeenAt: string[];
+  /** The client's placeholder for the matched provider. */
+  placeholder: string | undefined;
+  readonly startedAt: number;
+}
+
+export function originOf(x: Exchange): string {
+  const defaultPort = x.scheme === "https" ? 443 : 80;
+  const host = x.host.includes(":") ? `[${x.host}]` : x.host;
+  return `${x.scheme}://${host}${x.port === defaultPort ? "" : `:${x.port}`}`;
+}

@@ -1,0 +1,163 @@
+// Sends the request upstream with undici's dispatch API and streams the response back with
+// backpressure both ways: nothing is buffered, SSE chunks go out as they come, and a client
+// that goes away aborts the upstream request.
+import type { IncomingHttpHeaders } from "node:http";
+import type { Agent, Dispatcher } from "undici";
+import { BrokerError } from "../core/errors.js";
+import { type Exchange, originOf } from "./exchange.js";
+import { forwardableResponseHeaders } from "./headers.js";
+import { PrivateAddressError } from "./upstream.js";
+
+const TLS_CODES = new Set([
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "HOSTNAME_MISMATCH",
+]);
+const TIMEOUT_CODES = new Set([
+  "UND_ERR_HEADERS_TIMEOUT",
+  "UND_ERR_BODY_TIMEOUT",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "ETIMEDOUT",
+]);
+
+/** Turns an upstream failure into the broker error the client gets (SPEC §11). */
+export function upstreamError(err: unknown, x: Exchange): BrokerError {
+  const provider = x.provider?.rule.id;
+  const where = `${x.host}:${x.port}`;
+  const opts = (hint: string) => ({ cause: err, hint, ...(provider ? { provider } : {}) });
+  if (err instanceof BrokerError) return err;
+  if (err instanceof PrivateAddressError) {
+    return new BrokerError(
+      "upstream_unreachable",
+      `${where} resolves to ${err.address}, a loopback/private address; refused`,
+      opts(`list "${where}" under resolve:, or set allow_private_upstream: true on the provider`),
+    );
+  }
+  const code = String((err as { code?: unknown }).code ?? "");
+  if (TLS_CODES.has(code) || code.startsWith("ERR_SSL") || code.startsWith("ERR_TLS")) {
+    return new BrokerError(
+      "upstream_tls",
+      `the TLS certificate of ${where} could not be verified (${code})`,
+      opts("if the upstream uses a private CA, add its root to upstream_ca:"),
+    );
+  }
+  if (TIMEOUT_CODES.has(code)) {
+    return new BrokerError(
+      "upstream_timeout",
+      `${where} did not answer in time (${code})`,
+      opts("try again later"),
+    );
+  }
+  return new BrokerError(
+    "upstream_unreachable",
+    `could not reach ${where}${code ? ` (${code})` : ""}`,
+    opts("check the host name, your network, and resolve: in the rule file"),
+  );
+}
+
+export interface ForwardResult {
+  status: number;
+  bytesIn: number;
+  bytesOut: number;
+}
+
+function hasBody(x: Exchange): boolean {
+  const h = x.req.headers;
+  if (h["transfer-encoding"] !== undefined) return true;
+  const len = h["content-length"];
+  return len !== undefined && len !== "0";
+}
+
+/**
+ * Forwards the exchange. Resolves when the response has been fully written (or the exchange
+ * ended early); rejects with a BrokerError only when nothing has been sent to the client yet.
+ */
+export function forward(agent: Agent, x: Exchange): Promise<ForwardResult> {
+  return new Promise((resolve, reject) => {
+    const { req, res } = x;
+    const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
+    let controller: Dispatcher.DispatchController | undefined;
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      resolve(result);
+    };
+    const fail = (err: unknown) => {
+      if (done) return;
+      if (!res.headersSent) {
+        done = true;
+        reject(upstreamError(err, x));
+      } else {
+        res.destroy();
+        finish();
+      }
+    };
+    const onClose = () => {
+      if (!res.writableFinished && controller !== undefined && !controller.aborted) {
+        controller.abort(new Error("client closed the connection"));
+      }
+      finish();
+    };
+    res.once("close", onClose);
+    const onDrain = () => controller?.resume();
+    res.on("drain", onDrain);
+
+    // The request body streams straight into undici, which pauses it for backpressure. Adding
+    // a 'data' listener here would switch it to flowing mode and lose chunks.
+    const body = hasBody(x) ? req : null;
+    result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
+
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c;
+        if (res.destroyed) c.abort(new Error("client closed the connection"));
+      },
+      onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
+        if (statusCode < 200) return;
+        result.status = statusCode;
+        if (res.destroyed) {
+          c.abort(new Error("client closed the connection"));
+          return;
+        }
+        res.writeHead(statusCode, statusMessage ?? "", forwardableResponseHeaders(headers));
+        // An event stream's head goes out at once; other heads ride with the first body bytes
+        // (one socket write instead of two).
+        if (String(headers["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
+      },
+      onResponseData(c, chunk: Buffer) {
+        result.bytesIn += chunk.length;
+        if (!res.write(chunk)) c.pause();
+      },
+      onResponseEnd() {
+        res.end();
+        res.once("finish", finish);
+      },
+      onResponseError(_c, err: Error) {
+        fail(err);
+      },
+    };
+    try {
+      agent.dispatch(
+        {
+          origin: originOf(x),
+          path: x.path,
+          method: (req.method ?? "GET") as Dispatcher.HttpMethod,
+          headers: x.headers,
+          body,
+        },
+        handler,
+      );
+    } catch (err) {
+      fail(err);
+    }
+  });
+}

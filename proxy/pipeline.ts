@@ -1,0 +1,35 @@
+// The request pipeline, in order. Each stage is a small function of the exchange; a stage that
+// refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
+//
+//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → inject
+//   → applyHeaderRules → forward
+import type { Logger } from "../core/log.js";
+import type { Exchange } from "./exchange.js";
+import { applyPolicy } from "./stages/apply-policy.js";
+import { checkHostBinding } from "./stages/check-host-binding.js";
+import { checkPlaceholders } from "./stages/check-placeholders.js";
+import { applyHeaderRules, createInjectStage } from "./stages/inject.js";
+
+export type Stage = (x: Exchange) => void | Promise<void>;
+
+export function matchProvider(x: Exchange): void {
+  if (x.mode !== "reverse") x.provider = x.rt.providerForHost(x.host, x.port);
+}
+
+export function requestStages(log: Logger): readonly Stage[] {
+  return [
+    matchProvider,
+    checkHostBinding,
+    checkPlaceholders,
+    applyPolicy,
+    createInjectStage(log),
+    applyHeaderRules,
+  ];
+}
+
+export async function runStages(stages: readonly Stage[], x: Exchange): Promise<void> {
+  for (const stage of stages) {
+    const pending = stage(x);
+    if (pending !== undefined) await pending;
+  }
+}

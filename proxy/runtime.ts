@@ -1,0 +1,116 @@
+// The broker's working view of one rule set: providers by host, placeholders, clients, and
+// which providers are active. Built once per load or reload; the request path only reads it.
+import { timingSafeEqual } from "node:crypto";
+import { hostMatches } from "../rules/host-pattern.js";
+import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
+import { PlaceholderIndex } from "../secrets/placeholders.js";
+import type { Resolution, SecretResolver } from "../secrets/resolver.js";
+import type { Secret } from "../secrets/secret.js";
+
+export interface ProviderState {
+  readonly rule: ProviderRule;
+  /** Resolutions of the pool's credentials at load time (for `check`, `status`, `env`). */
+  readonly resolutions: readonly Resolution[];
+  /** A credential resolved, or the rule file names the provider explicitly. */
+  readonly intercepted: boolean;
+  readonly active: boolean;
+}
+
+export interface ClientState {
+  readonly rule: ClientRule;
+  readonly token: Secret | undefined;
+}
+
+export class Runtime {
+  readonly rules: Rules;
+  readonly resolver: SecretResolver;
+  readonly placeholders: PlaceholderIndex;
+  readonly providers: ReadonlyMap<string, ProviderState>;
+  readonly clients: ReadonlyMap<string, ClientState>;
+  readonly #exactHosts = new Map<string, ProviderState>();
+  readonly #wildcards: ProviderState[] = [];
+  readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
+
+  private constructor(
+    rules: Rules,
+    resolver: SecretResolver,
+    homeKey: Buffer,
+    providers: Map<string, ProviderState>,
+    clients: Map<string, ClientState>,
+  ) {
+    this.rules = rules;
+    this.resolver = resolver;
+    this.providers = providers;
+    this.clients = clients;
+    for (const state of providers.values()) {
+      if (state.intercepted) {
+        for (const host of state.rule.hosts) {
+          if (host.wildcard) this.#wildcards.push(state);
+          else this.#exactHosts.set(`${host.host}:${host.port}`, state);
+        }
+      }
+      if (state.rule.mount !== undefined && state.rule.upstream !== undefined) {
+        this.#mounts.push({ prefix: state.rule.mount, provider: state });
+      }
+    }
+    this.#mounts.sort((a, b) => b.prefix.length - a.prefix.length);
+    this.placeholders = new PlaceholderIndex(homeKey, [...clients.keys()], rules.providers);
+  }
+
+  /** Resolves every credential and client token once, then builds the runtime. */
+  static async build(rules: Rules, resolver: SecretResolver, homeKey: Buffer): Promise<Runtime> {
+    const providers = new Map<string, ProviderState>();
+    await Promise.all(
+      rules.providers.map(async (rule) => {
+        const resolutions = await Promise.all(rule.credentials.map((ref) => resolver.resolve(ref)));
+        const active = resolutions.some((r) => r.secret !== undefined);
+        providers.set(rule.id, { rule, resolutions, active, intercepted: active || !rule.fromCatalogue });
+      }),
+    );
+    const ordered = new Map(rules.providers.map((p) => [p.id, providers.get(p.id)!]));
+    const clients = new Map<string, ClientState>();
+    for (const rule of rules.clients) {
+      const token = rule.token === undefined ? undefined : (await resolver.resolve(rule.token)).secret;
+      clients.set(rule.name, { rule, token });
+    }
+    return new Runtime(rules, resolver, homeKey, ordered, clients);
+  }
+
+  /** The provider whose hosts include `host:port` (host already normalized). */
+  providerForHost(host: string, port: number): ProviderState | undefined {
+    const exact = this.#exactHosts.get(`${host}:${port}`);
+    if (exact !== undefined) return exact;
+    for (const state of this.#wildcards) {
+      if (state.rule.hosts.some((p) => hostMatches(p, host, port))) return state;
+    }
+    return undefined;
+  }
+
+  /** The mounted provider for a reverse-mode path, and the rest of the path. */
+  providerForMount(path: string): { provider: ProviderState; rest: string } | undefined {
+    for (const m of this.#mounts) {
+      if (path === m.prefix || path.startsWith(m.prefix + "/") || path.startsWith(m.prefix + "?")) {
+        const rest = path.slice(m.prefix.length);
+        return { provider: m.provider, rest: rest === "" || rest.startsWith("?") ? "/" + rest : rest };
+      }
+    }
+    return undefined;
+  }
+
+  clientAllows(client: ClientState, provider: string): boolean {
+    const allowed = client.rule.providers;
+    return allowed === "*" || allowed.includes(provider);
+  }
+
+  /** The client a proxy credential names, or undefined when it does not authenticate. */
+  authenticate(user: string | undefined, password: string | undefined): ClientState | undefined {
+    const name = user === undefined || user === "" ? "default" : user;
+    const client = this.clients.get(name);
+    if (client === undefined) return undefined;
+    if (client.rule.token === undefined) return client;
+    if (client.token === undefined || password === undefined) return undefined;
+    const a = Buffer.from(client.token.reveal());
+    const b = Buffer.from(password);
+    return a.length === b.length && timingSafeEqual(a, b) ? client : undefined;
+  }
+}

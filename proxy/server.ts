@@ -1,0 +1,438 @@
+// The broker: one loopback listener that takes CONNECT (intercepted or tunnelled), plain-HTTP
+// proxy requests, reverse-mode `/p/<provider>` requests and its own health endpoint.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { join } from "node:path";
+import type { Agent } from "undici";
+import { writeTrustBundle } from "../certs/bundle.js";
+import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
+import { LeafMinter } from "../certs/leaf.js";
+import { BrokerError, errorResponse } from "../core/errors.js";
+import { writeFileAtomic } from "../core/fs.js";
+import { homeKey } from "../core/home.js";
+import type { Logger } from "../core/log.js";
+import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
+import type { Rules } from "../rules/types.js";
+import { createSecretResolver } from "../secrets/sources.js";
+import { connectInfo, intercept, tunnel } from "./engine.js";
+import type { Exchange, Mode } from "./exchange.js";
+import { forward } from "./forward.js";
+import { forwardableRequestHeaders } from "./headers.js";
+import { requestStages, runStages, type Stage } from "./pipeline.js";
+import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
+import { parseHostHeader } from "./stages/check-host-binding.js";
+import { createUpstreamAgent } from "./upstream.js";
+
+export const VERSION = "0.1.0";
+export const HEALTH_PATH = "/__keybroker/health";
+
+export interface BrokerOptions {
+  readonly home: string;
+  readonly rules: Rules;
+  readonly log: Logger;
+  /** The environment secrets are read from (default: this process's). */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Overrides `listen`'s port (`--port`); 0 picks a free one. */
+  readonly port?: number;
+  /** Record the address in `$home/broker.json` so other commands find this broker. */
+  readonly advertise?: boolean;
+}
+
+export interface BrokerAddress {
+  readonly host: string;
+  readonly port: number;
+  readonly url: string;
+}
+
+function sendError(res: ServerResponse, err: BrokerError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const out = errorResponse(err);
+  if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
+  res.writeHead(out.status, out.headers);
+  res.end(out.body);
+}
+
+function writeRawError(socket: Socket, err: BrokerError): void {
+  const out = errorResponse(err);
+  if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
+  const head = Object.entries({ ...out.headers, connection: "close" })
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  socket.end(`HTTP/1.1 ${out.status} ${err.code}\r\n${head}\r\n${out.body}`);
+}
+
+function proxyCredentials(header: string | undefined): { user?: string; password?: string } {
+  if (header === undefined || !/^basic /i.test(header)) return {};
+  const decoded = Buffer.from(header.slice(6).trim(), "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  return colon === -1
+    ? { user: decodeURIComponent(decoded) }
+    : {
+        user: decodeURIComponent(decoded.slice(0, colon)),
+        password: decodeURIComponent(decoded.slice(colon + 1)),
+      };
+}
+
+export class Broker {
+  readonly home: string;
+  readonly ca: CertificateAuthority;
+  readonly bundlePath: string;
+  readonly log: Logger;
+  #rt: Runtime;
+  #agent: Agent;
+  readonly #minter: LeafMinter;
+  readonly #outer: Server;
+  readonly #inner: Server;
+  readonly #sockets = new Set<Socket>();
+  readonly #stages: readonly Stage[];
+  readonly #opts: BrokerOptions;
+  #address: BrokerAddress | undefined;
+
+  private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
+    this.#opts = opts;
+    this.home = opts.home;
+    this.log = opts.log;
+    this.ca = ca;
+    this.bundlePath = writeTrustBundle(ca, opts.home);
+    this.#minter = new LeafMinter(ca);
+    this.#rt = rt;
+    this.#agent = this.#createAgent(rt);
+    this.#stages = requestStages(opts.log);
+    const serverOptions = { headersTimeout: 60_000, requestTimeout: 0, keepAliveTimeout: 60_000 };
+    this.#outer = createServer(serverOptions, (req, res) => this.#onOuterRequest(req, res));
+    this.#inner = createServer(serverOptions, (req, res) => this.#onInterceptedRequest(req, res));
+    this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#onConnect(req, socket, head),
+    );
+    for (const server of [this.#outer, this.#inner]) {
+      server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
+        this.#onClientError(err, socket),
+      );
+      server.on("upgrade", (_req: IncomingMessage, socket: Socket) =>
+        writeRawError(
+          socket,
+          new BrokerError("bad_request", "WebSocket upgrades are not supported by this version"),
+        ),
+      );
+    }
+    this.#outer.on("connection", (socket: Socket) => {
+      socket.setNoDelay(true);
+      this.#sockets.add(socket);
+      socket.once("close", () => this.#sockets.delete(socket));
+    });
+  }
+
+  static async create(opts: BrokerOptions): Promise<Broker> {
+    const ca = loadOrCreateCa(opts.home);
+    const rt = await Broker.#buildRuntime(opts, opts.rules);
+    return new Broker(opts, ca, rt);
+  }
+
+  static #buildRuntime(opts: BrokerOptions, rules: Rules): Promise<Runtime> {
+    const resolver = createSecretResolver(rules, {
+      env: opts.env ?? process.env,
+      home: opts.home,
+      warn: (message) => opts.log.warn(message),
+    });
+    return Runtime.build(rules, resolver, homeKey(opts.home));
+  }
+
+  get runtime(): Runtime {
+    return this.#rt;
+  }
+
+  get address(): BrokerAddress {
+    if (this.#address === undefined) throw new Error("the broker is not listening");
+    return this.#address;
+  }
+
+  #createAgent(rt: Runtime): Agent {
+    return createUpstreamAgent({
+      upstreamCa: rt.rules.upstreamCa,
+      policy: {
+        resolve: (host, port) => rt.rules.resolve.get(`${host}:${port}`),
+        allowsPrivate: (host, port) =>
+          rt.rules.providers.some(
+            (p) => p.allowPrivateUpstream && p.hosts.some((h) => hostMatches(h, host, port)),
+          ),
+      },
+    });
+  }
+
+  async listen(): Promise<BrokerAddress> {
+    const { host } = this.#rt.rules.listen;
+    const port = this.#opts.port ?? this.#rt.rules.listen.port;
+    await new Promise<void>((resolve, reject) => {
+      this.#outer.once("error", reject);
+      this.#outer.listen(port, host, () => {
+        this.#outer.off("error", reject);
+        resolve();
+      });
+    });
+    const addr = this.#outer.address() as AddressInfo;
+    const shown = addr.address.includes(":") ? `[${addr.address}]` : addr.address;
+    this.#address = { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}` };
+    if (this.#opts.advertise) this.#advertise();
+    return this.#address;
+  }
+
+  #advertise(): void {
+    const active = [...this.#rt.providers.values()].filter((p) => p.active).map((p) => p.rule.id);
+    const state = {
+      pid: process.pid,
+      url: this.address.url,
+      port: this.address.port,
+      host: this.address.host,
+      version: VERSION,
+      ca: this.ca.certPath,
+      bundle: this.bundlePath,
+      rules: this.#rt.rules.origin,
+      activeProviders: active,
+      startedAt: new Date().toISOString(),
+    };
+    writeFileAtomic(join(this.home, "broker.json"), JSON.stringify(state, null, 2) + "\n");
+  }
+
+  /** Swaps in a new rule set. On failure the old rules stay and the error is thrown. */
+  async reload(rules: Rules): Promise<void> {
+    const rt = await Broker.#buildRuntime(this.#opts, rules);
+    const old = this.#agent;
+    this.#rt = rt;
+    this.#agent = this.#createAgent(rt);
+    if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
+    old.close().catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
+    this.#outer.closeAllConnections();
+    for (const socket of this.#sockets) socket.destroy();
+    await closed;
+    await this.#agent.destroy().catch(() => {});
+    if (this.#opts.advertise) {
+      const { rmSync } = await import("node:fs");
+      rmSync(join(this.home, "broker.json"), { force: true });
+    }
+  }
+
+  #authenticate(header: string | undefined): ClientState {
+    const { user, password } = proxyCredentials(header);
+    const client = this.#rt.authenticate(user, password);
+    if (client === undefined) {
+      throw new BrokerError(
+        "client_unauthorized",
+        user === undefined
+          ? "this broker needs a client name and token"
+          : `client "${user}" did not authenticate`,
+        { hint: "use the proxy URL that `keybroker env --client <name>` prints" },
+      );
+    }
+    return client;
+  }
+
+  #onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+    const error = new BrokerError(
+      "bad_request",
+      tooLarge
+        ? "the request headers are too large"
+        : `malformed HTTP request (${err.code ?? "parse error"})`,
+    );
+    const out = errorResponse(error);
+    const status = tooLarge ? 431 : out.status;
+    const head = Object.entries({ ...out.headers, connection: "close" })
+      .map(([k, v]) => `${k}: ${v}\r\n`)
+      .join("");
+    socket.end(
+      `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n${head}\r\n${out.body}`,
+    );
+  }
+
+  #onConnect(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on("error", () => socket.destroy());
+    let target: { host: string; port: number } | undefined;
+    try {
+      target = parseHostHeader(req.url ?? "", 443);
+      if (target === undefined || !/:\d+$/.test(req.url ?? "")) {
+        throw new BrokerError("bad_request", `CONNECT needs a host:port target, got "${req.url}"`);
+      }
+      const client = this.#authenticate(req.headers["proxy-authorization"]);
+      const rt = this.#rt;
+      const provider = rt.providerForHost(target.host, target.port);
+      if (provider !== undefined || rt.rules.intercept === "all") {
+        intercept(socket, head, { ...target, client: client.rule.name }, this.#minter, this.#inner);
+        return;
+      }
+      const dest = rt.rules.resolve.get(`${target.host}:${target.port}`) ?? target;
+      const where = `${target.host}:${target.port}`;
+      tunnel(socket, head, dest, (err) => {
+        this.log.debug(
+          { target: where, err: (err as NodeJS.ErrnoException).code },
+          "tunnel target unreachable",
+        );
+        writeRawError(socket, new BrokerError("upstream_unreachable", `could not reach ${where}`));
+      });
+    } catch (err) {
+      writeRawError(
+        socket,
+        err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid CONNECT request"),
+      );
+    }
+  }
+
+  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+    const info = connectInfo(req.socket);
+    const client = info === undefined ? undefined : this.#rt.clients.get(info.client);
+    if (info === undefined || client === undefined) {
+      sendError(
+        res,
+        new BrokerError("client_unauthorized", "the client of this connection is no longer configured"),
+      );
+      return;
+    }
+    const url = req.url ?? "/";
+    const path = url.startsWith("/") ? url : "/";
+    const sni = (req.socket as { servername?: string | false }).servername;
+    void this.#handle(req, res, "intercept", client, info.host, info.port, "https", path, sni || undefined);
+  }
+
+  #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? "/";
+    try {
+      if (url.startsWith("/")) {
+        if (url === HEALTH_PATH) {
+          const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
+          res.writeHead(200, {
+            "content-type": "application/json",
+            "content-length": Buffer.byteLength(body),
+          });
+          res.end(body);
+          return;
+        }
+        const mounted = this.#rt.providerForMount(url.split("?")[0]!);
+        if (mounted === undefined) {
+          throw new BrokerError("bad_request", `no provider is mounted at ${url.split("?")[0]}`, {
+            hint: "reverse mode paths look like /p/<provider>/<path>; see keybroker env",
+          });
+        }
+        const client = this.#authenticate(req.headers["proxy-authorization"]);
+        const upstream = new URL(mounted.provider.rule.upstream!);
+        const port = Number(upstream.port) || 443;
+        const base = upstream.pathname.replace(/\/$/, "");
+        const rest = url.slice(mounted.provider.rule.mount!.length) || "/";
+        const path = base + (rest.startsWith("/") ? rest : "/" + rest);
+        void this.#handle(
+          req,
+          res,
+          "reverse",
+          client,
+          normalizeHost(upstream.hostname),
+          port,
+          "https",
+          path,
+          undefined,
+          mounted.provider,
+        );
+        return;
+      }
+      let target: URL;
+      try {
+        target = new URL(url);
+      } catch {
+        throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
+      }
+      if (target.protocol !== "http:") {
+        throw new BrokerError("bad_request", `${target.protocol} URLs must be sent through CONNECT`, {
+          hint: "configure the proxy as HTTPS_PROXY so the client tunnels HTTPS",
+        });
+      }
+      const client = this.#authenticate(req.headers["proxy-authorization"]);
+      const port = Number(target.port) || 80;
+      void this.#handle(
+        req,
+        res,
+        "plain",
+        client,
+        normalizeHost(target.hostname),
+        port,
+        "http",
+        target.pathname + target.search,
+        undefined,
+      );
+    } catch (err) {
+      sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
+    }
+  }
+
+  async #handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    mode: Mode,
+    client: ClientState,
+    host: string,
+    port: number,
+    scheme: "https" | "http",
+    path: string,
+    sni: string | undefined,
+    provider?: ProviderState,
+  ): Promise<void> {
+    const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
+    if (mode === "reverse") {
+      // The loopback Host means nothing upstream.
+      for (let i = headers.length - 2; i >= 0; i -= 2) if (headers[i] === "host") headers.splice(i, 2);
+      headers.push("host", port === 443 ? host : `${host}:${port}`);
+    }
+    const x: Exchange = {
+      req,
+      res,
+      mode,
+      rt: this.#rt,
+      client,
+      host,
+      port,
+      scheme,
+      sni,
+      path,
+      headers,
+      provider,
+      secret: undefined,
+      placeholder: undefined,
+      placeholderSeenAt: [],
+      startedAt: performance.now(),
+    };
+    try {
+      await runStages(this.#stages, x);
+      await forward(this.#agent, x);
+    } catch (err) {
+      if (err instanceof BrokerError) {
+        this.#logRefusal(x, err);
+        sendError(res, err);
+      } else {
+        this.log.error({ err }, "internal error while handling a request");
+        sendError(res, new BrokerError("bad_request", "internal error in keybroker; see its log"));
+      }
+      req.resume();
+    }
+  }
+
+  #logRefusal(x: Exchange, err: BrokerError): void {
+    const fields = {
+      code: err.code,
+      client: x.client.rule.name,
+      provider: err.provider,
+      host: x.host,
+      method: x.req.method,
+    };
+    if (err.code === "placeholder_host_mismatch")
+      this.log.warn(fields, `possible exfiltration blocked: ${err.message}`);
+    else if (err.status >= 500) this.log.warn(fields, err.message);
+    else this.log.info(fields, err.message);
+  }
+}

@@ -1,0 +1,64 @@
+// SPEC §3.2: a placeholder bound for any host other than its provider's is never swapped; the
+// request is refused before a byte leaves. Placeholders of another client are refused too.
+import { BrokerError } from "../../core/errors.js";
+import type { Exchange } from "../exchange.js";
+
+export interface PlaceholderFinding {
+  readonly placeholder: string;
+  readonly where: string;
+}
+
+/** Every placeholder in the request line and headers, with where it was seen. */
+export function findPlaceholders(x: Exchange): PlaceholderFinding[] {
+  const index = x.rt.placeholders;
+  const found: PlaceholderFinding[] = [];
+  for (const p of index.find(x.path)) found.push({ placeholder: p, where: "url" });
+  for (let i = 0; i < x.headers.length; i += 2) {
+    for (const p of index.find(x.headers[i + 1]!))
+      found.push({ placeholder: p, where: `header ${x.headers[i]}` });
+    // Basic credentials hide the placeholder in base64.
+    const value = x.headers[i + 1]!;
+    if (
+      (x.headers[i] === "authorization" || x.headers[i] === "proxy-authorization") &&
+      /^basic /i.test(value)
+    ) {
+      const decoded = Buffer.from(value.slice(6).trim(), "base64").toString("utf8");
+      for (const p of index.find(decoded))
+        found.push({ placeholder: p, where: `basic credentials in ${x.headers[i]}` });
+    }
+  }
+  return found;
+}
+
+export function checkPlaceholders(x: Exchange): void {
+  const index = x.rt.placeholders;
+  for (const { placeholder, where } of findPlaceholders(x)) {
+    const owner = index.owner(placeholder)!;
+    const providerId = x.provider?.rule.id;
+    if (owner.provider !== providerId) {
+      throw new BrokerError(
+        "placeholder_host_mismatch",
+        `a placeholder of provider "${owner.provider}" (in the ${where}) was bound for ${x.host}, which is not one of its hosts; the request was blocked and nothing was sent`,
+        { provider: owner.provider, hint: `send ${owner.provider} requests only to its own hosts` },
+      );
+    }
+    if (x.mode === "plain") {
+      throw new BrokerError(
+        "bad_request",
+        `a ${owner.provider} placeholder was sent over plain HTTP to ${x.host}; credentials are only injected over HTTPS`,
+        { provider: owner.provider, hint: `use https://${x.host}` },
+      );
+    }
+    if (owner.client !== x.client.rule.name && !owner.shared) {
+      throw new BrokerError(
+        "client_unauthorized",
+        `this placeholder belongs to client "${owner.client}", but the request came from client "${x.client.rule.name}"`,
+        {
+          provider: owner.provider,
+          hint: `authenticate as "${owner.client}" or use your own placeholder (keybroker env)`,
+        },
+      );
+    }
+    x.placeholderSeenAt.push(where);
+  }
+}

@@ -1,0 +1,130 @@
+// The one undici Agent that carries every request upstream: keep-alive pools per origin,
+// verified TLS (system roots plus `upstream_ca`), the `resolve` map, and refusal of
+// loopback/private addresses unless a rule allows them.
+import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from "node:dns";
+import { readFileSync } from "node:fs";
+import { BlockList, isIP } from "node:net";
+import { Agent, buildConnector } from "undici";
+import { systemRootsPem } from "../certs/bundle.js";
+
+const PRIVATE = new BlockList();
+for (const [net, prefix] of [
+  ["0.0.0.0", 8],
+  ["10.0.0.0", 8],
+  ["100.64.0.0", 10],
+  ["127.0.0.0", 8],
+  ["169.254.0.0", 16],
+  ["172.16.0.0", 12],
+  ["192.0.0.0", 24],
+  ["192.168.0.0", 16],
+  ["198.18.0.0", 15],
+  ["224.0.0.0", 4],
+  ["240.0.0.0", 4],
+] as const) {
+  PRIVATE.addSubnet(net, prefix, "ipv4");
+}
+for (const [net, prefix] of [
+  ["::", 128],
+  ["::1", 128],
+  ["fc00::", 7],
+  ["fe80::", 10],
+  ["ff00::", 8],
+] as const) {
+  PRIVATE.addSubnet(net, prefix, "ipv6");
+}
+
+export function isPrivateAddress(address: string): boolean {
+  const family = isIP(address);
+  if (family === 4) return PRIVATE.check(address, "ipv4");
+  if (family === 6) {
+    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+    if (mapped) return PRIVATE.check(mapped[1]!, "ipv4");
+    return PRIVATE.check(address, "ipv6");
+  }
+  return false;
+}
+
+/** Raised when an upstream resolves to an address the rules do not allow. */
+export class PrivateAddressError extends Error {
+  readonly code = "EKB_PRIVATE_ADDRESS";
+  constructor(
+    readonly host: string,
+    readonly address: string,
+  ) {
+    super(`${host} resolves to ${address}, a loopback/private address`);
+  }
+}
+
+type LookupCallback = (
+  err: NodeJS.ErrnoException | null,
+  address: string | LookupAddress[],
+  family?: number,
+) => void;
+
+function guardedLookup(hostname: string, options: LookupOptions, callback: LookupCallback): void {
+  dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+    if (err) return callback(err, []);
+    const bad = addresses.find((a) => isPrivateAddress(a.address));
+    if (bad !== undefined) return callback(new PrivateAddressError(hostname, bad.address), []);
+    if (options.all) return callback(null, addresses);
+    const first = addresses[0];
+    if (first === undefined)
+      return callback(Object.assign(new Error(`no address for ${hostname}`), { code: "ENOTFOUND" }), []);
+    callback(null, first.address, first.family);
+  });
+}
+
+export interface UpstreamPolicy {
+  /** `resolve` map: `host:port` → where to connect instead. Listed targets may be private. */
+  resolve(host: string, port: number): { host: string; port: number } | undefined;
+  /** A provider opted in to private upstream addresses for this host. */
+  allowsPrivate(host: string, port: number): boolean;
+}
+
+export interface UpstreamOptions {
+  readonly upstreamCa: readonly string[];
+  readonly policy: UpstreamPolicy;
+  /** Idle time allowed before response headers and between body chunks. */
+  readonly timeoutMs?: number;
+}
+
+export function trustedRoots(upstreamCa: readonly string[]): string[] {
+  return [systemRootsPem(), ...upstreamCa.map((p) => readFileSync(p, "utf8"))];
+}
+
+export function createUpstreamAgent(opts: UpstreamOptions): Agent {
+  const ca = trustedRoots(opts.upstreamCa);
+  const tls = { ca, rejectUnauthorized: true, maxCachedSessions: 1000 };
+  const strict = buildConnector({ ...tls, lookup: guardedLookup } as buildConnector.BuildOptions);
+  const open = buildConnector(tls);
+  const timeout = opts.timeoutMs ?? 30 * 60_000;
+  return new Agent({
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 600_000,
+    headersTimeout: timeout,
+    bodyTimeout: timeout,
+    connect(options, callback) {
+      const port = Number(options.port) || (options.protocol === "https:" ? 443 : 80);
+      const servername = options.servername || (isIP(options.hostname) ? undefined : options.hostname);
+      const mapped = opts.policy.resolve(options.hostname, port);
+      if (mapped !== undefined) {
+        return open(
+          {
+            ...options,
+            hostname: mapped.host,
+            port: String(mapped.port),
+            ...(servername ? { servername } : {}),
+          },
+          callback,
+        );
+      }
+      if (!opts.policy.allowsPrivate(options.hostname, port)) {
+        if (isPrivateAddress(options.hostname.replace(/^\[|\]$/g, ""))) {
+          return callback(new PrivateAddressError(options.hostname, options.hostname), null);
+        }
+        return strict(options, callback);
+      }
+      return open(options, callback);
+    },
+  });
+}

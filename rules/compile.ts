@@ -1,0 +1,221 @@
+// A validated rule file → the compiled `Rules` the broker runs on: catalogue merged, defaults
+// filled, names normalized, paths made absolute. Runs only on a file that passed the schema
+// and the cross-checks, so it does not re-validate.
+import { homedir } from "node:os";
+import { hostPortKey, parseHostPort } from "./address.js";
+import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
+import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
+import { parseHostPattern } from "./host-pattern.js";
+import { effectiveMount, effectivePlaceholderEnv, isOAuthOnly, mergeProviders } from "./provider-defaults.js";
+import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema.js";
+import type {
+  ClientRule,
+  InjectSpec,
+  PolicyRule,
+  ProviderAuth,
+  ProviderRule,
+  Rules,
+  SourcesConfig,
+} from "./types.js";
+import { parseByteSize, parseDuration } from "./units.js";
+
+export const DEFAULT_LISTEN = { host: "127.0.0.1", port: 8899 } as const;
+export const DEFAULT_INFISICAL_SITE = "https://app.infisical.com";
+export const DEFAULT_INFISICAL_TTL_MS = 60_000;
+export const DEFAULT_INFISICAL_AUTH = {
+  client_id: "env:INFISICAL_CLIENT_ID",
+  client_secret: "env:INFISICAL_CLIENT_SECRET",
+} as const;
+
+interface Context {
+  readonly baseDir: string;
+  readonly userHome: string;
+}
+
+function list<T>(value: T | readonly T[] | undefined | null): T[] {
+  if (value === undefined || value === null) return [];
+  return Array.isArray(value) ? [...value] : [value as T];
+}
+
+export function compileRules(file: RuleFile, origin: string, baseDir: string, userHome = homedir()): Rules {
+  const ctx: Context = { baseDir, userHome };
+  const merged = mergeProviders<ProviderInput>(file.providers ?? undefined, file.catalogue ?? true);
+  const providers = merged.map((p) => compileProvider(p.id, p.input, p.catalogueEntry, p.fromCatalogue, ctx));
+
+  const resolve = new Map<string, { host: string; port: number }>();
+  for (const [key, target] of Object.entries(file.resolve ?? {})) {
+    const from = parseHostPort(key);
+    resolve.set(hostPortKey(from.host, from.port), parseHostPort(target));
+  }
+
+  return {
+    origin,
+    listen: compileListen(file.listen),
+    intercept: file.intercept ?? "providers",
+    upstreamCa: list(file.upstream_ca).map((p) => absolutePath(p, baseDir, userHome)),
+    resolve,
+    sources: compileSources(file.sources ?? undefined, ctx),
+    providers,
+    fallbacks: Object.fromEntries(Object.entries(file.fallbacks ?? {}).map(([id, to]) => [id, [...to]])),
+    clients: compileClients(file.clients ?? undefined, ctx),
+  };
+}
+
+function compileListen(listen: RuleFile["listen"]): Rules["listen"] {
+  if (listen === undefined || listen === null) return { ...DEFAULT_LISTEN };
+  if (typeof listen === "number") return { host: DEFAULT_LISTEN.host, port: listen };
+  return parseHostPort(listen, { allowPortZero: true });
+}
+
+function compileInject(inject: ProviderInput["inject"]): InjectSpec {
+  let headers = [...new Set(list(inject?.header).map((h) => h.toLowerCase()))];
+  const query = inject?.query;
+  const basic = inject?.basic;
+  // With no injection point at all, the credential goes where most APIs take it.
+  if (headers.length === 0 && query === undefined && basic === undefined) headers = ["authorization"];
+  const first = headers[0];
+  const format = inject?.format ?? (first === undefined ? undefined : first === "authorization" ? "Bearer {secret}" : "{secret}");
+  return {
+    headers,
+    ...(query === undefined ? {} : { query }),
+    ...(basic === undefined ? {} : { basic: basic.username === undefined ? {} : { username: basic.username } }),
+    ...(format === undefined ? {} : { format }),
+  };
+}
+
+function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
+  return (policy ?? []).map((rule) => {
+    const action = rule.deny === undefined ? "approve" : "deny";
+    const matcher = rule.deny ?? rule.approve ?? {};
+    return {
+      action,
+      methods: list(matcher.method).map((m) => m.toUpperCase()),
+      paths: list(matcher.path),
+    };
+  });
+}
+
+function compileAuth(auth: ProviderInput["auth"], ctx: Context): ProviderAuth | undefined {
+  if (auth === undefined) return undefined;
+  const ref = (r: string): string => absoluteCredentialRef(r, ctx.baseDir, ctx.userHome);
+  if (auth.google_service_account !== undefined) {
+    return {
+      kind: "google_service_account",
+      key: ref(auth.google_service_account),
+      ...(auth.scopes === undefined ? {} : { scopes: [...auth.scopes] }),
+    };
+  }
+  const aws = auth.aws_sigv4;
+  if (aws === undefined) return undefined;
+  return {
+    kind: "aws_sigv4",
+    region: aws.region,
+    service: aws.service,
+    accessKeyId: ref(aws.access_key_id),
+    secretAccessKey: ref(aws.secret_access_key),
+    ...(aws.session_token === undefined ? {} : { sessionToken: ref(aws.session_token) }),
+  };
+}
+
+function compileProvider(
+  id: string,
+  input: ProviderInput,
+  catalogueEntry: ProviderInput | undefined,
+  fromCatalogue: boolean,
+  ctx: Context,
+): ProviderRule {
+  const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry);
+  const prefix = input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
+  const value = input.placeholder?.value;
+  // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
+  const defaultCredentials = isOAuthOnly(id) || input.auth !== undefined ? [] : [env];
+  const credentials = (input.credentials ?? defaultCredentials).map((r) =>
+    absoluteCredentialRef(r, ctx.baseDir, ctx.userHome),
+  );
+
+  const pool = input.pool ?? {};
+  const retryBodyLimit = pool.retry_body_limit === undefined ? undefined : parseByteSize(pool.retry_body_limit);
+  const cooldownMs = pool.cooldown === undefined ? undefined : parseDuration(pool.cooldown);
+
+  const mount = effectiveMount(id, input.mount, input.upstream);
+  const upstream = input.upstream === undefined ? undefined : new URL(input.upstream).origin;
+  const auth = compileAuth(input.auth, ctx);
+  const oauth = input.oauth;
+
+  return {
+    id,
+    hosts: (input.hosts ?? []).map(parseHostPattern),
+    inject: compileInject(input.inject),
+    credentials,
+    pool: {
+      strategy: pool.strategy ?? "fill_first",
+      ...(pool.affinity === undefined ? {} : { affinity: pool.affinity }),
+      ...(retryBodyLimit === undefined ? {} : { retryBodyLimit }),
+      ...(cooldownMs === undefined ? {} : { cooldownMs }),
+    },
+    headers: {
+      set: Object.fromEntries(Object.entries(input.headers?.set ?? {}).map(([k, v]) => [k.toLowerCase(), v])),
+      remove: [...new Set((input.headers?.remove ?? []).map((h) => h.toLowerCase()))],
+    },
+    placeholder: { env, prefix, ...(value === undefined ? {} : { value }) },
+    policy: compilePolicy(input.policy),
+    ...(mount === undefined ? {} : { mount }),
+    ...(upstream === undefined ? {} : { upstream }),
+    ...(auth === undefined ? {} : { auth }),
+    ...(oauth === undefined
+      ? {}
+      : {
+          oauth: {
+            ...(oauth.device_authorization_endpoint === undefined
+              ? {}
+              : { deviceAuthorizationEndpoint: oauth.device_authorization_endpoint }),
+            ...(oauth.authorization_endpoint === undefined ? {} : { authorizationEndpoint: oauth.authorization_endpoint }),
+            tokenEndpoint: oauth.token_endpoint,
+            clientId: oauth.client_id,
+            scopes: [...(oauth.scopes ?? [])],
+            ...(oauth.redirect_uri === undefined ? {} : { redirectUri: oauth.redirect_uri }),
+          },
+        }),
+    allowPrivateUpstream: input.allow_private_upstream ?? false,
+    fromCatalogue,
+  };
+}
+
+function compileSources(sources: SourcesInput | undefined, ctx: Context): SourcesConfig {
+  const infisical = sources?.infisical;
+  const order = sources?.order ?? (infisical === undefined ? ["dotenv", "env"] : ["infisical", "dotenv", "env"]);
+  const auth = infisical?.auth ?? DEFAULT_INFISICAL_AUTH;
+  const ref = (r: string): string => absoluteCredentialRef(r, ctx.baseDir, ctx.userHome);
+  return {
+    order: [...order],
+    ...(sources?.dotenv === undefined ? {} : { dotenv: absolutePath(sources.dotenv, ctx.baseDir, ctx.userHome) }),
+    ...(infisical === undefined
+      ? {}
+      : {
+          infisical: {
+            siteUrl: (infisical.site_url ?? DEFAULT_INFISICAL_SITE).replace(/\/+$/, ""),
+            projectId: infisical.project_id,
+            environment: infisical.environment,
+            path: infisical.path ?? "/",
+            clientId: ref(auth.client_id),
+            clientSecret: ref(auth.client_secret),
+            ttlMs: infisical.ttl === undefined ? DEFAULT_INFISICAL_TTL_MS : (parseDuration(infisical.ttl) ?? DEFAULT_INFISICAL_TTL_MS),
+          },
+        }),
+  };
+}
+
+function compileClients(clients: Readonly<Record<string, ClientInput | null>> | undefined, ctx: Context): ClientRule[] {
+  if (clients === undefined || Object.keys(clients).length === 0) {
+    return [{ name: "default", providers: "*", role: "owner" }];
+  }
+  return Object.entries(clients).map(([name, client]): ClientRule => {
+    const providers = client?.providers ?? "*";
+    return {
+      name,
+      ...(client?.token === undefined ? {} : { token: absoluteCredentialRef(client.token, ctx.baseDir, ctx.userHome) }),
+      providers: providers === "*" ? "*" : [...providers],
+      role: client?.role ?? "user",
+    };
+  });
+}

@@ -1,0 +1,152 @@
+// Finding, reading and validating a rule file. Every problem (YAML syntax, schema, cross-checks)
+// is collected and thrown together as one RuleFileError; a file with none is compiled.
+import { readFileSync, statSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml";
+import { CATALOGUE_ORIGIN } from "./catalogue.js";
+import { compileRules } from "./compile.js";
+import { crossCheck } from "./cross-check.js";
+import { formatPath, type PathProblem, type Problem, RuleFileError } from "./errors.js";
+import { ruleFileSchema, ruleFileErrorMap, schemaProblems } from "./schema.js";
+import type { Rules } from "./types.js";
+
+export const RULE_FILE_NAME = "keybroker.yaml";
+
+export interface FindRuleFileOptions {
+  /** `--config`, relative to `cwd`. */
+  readonly config?: string;
+  readonly env: NodeJS.ProcessEnv;
+  readonly cwd: string;
+  /** The keybroker home folder (`$KEYBROKER_HOME`, default `~/.keybroker`). */
+  readonly home: string;
+}
+
+function isFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function expandHome(path: string): string {
+  if (path === "~") return homedir();
+  return path.startsWith("~/") ? join(homedir(), path.slice(2)) : path;
+}
+
+/**
+ * The rule file to use: `--config`, else `$KEYBROKER_CONFIG`, else `./keybroker.yaml`, else
+ * `<home>/keybroker.yaml`; undefined when there is none (the embedded catalogue serves). A file
+ * named explicitly (flag or variable) that does not exist is an error, never skipped.
+ */
+export function findRuleFile(options: FindRuleFileOptions): string | undefined {
+  const explicit: [string, string | undefined][] = [
+    ["--config", options.config],
+    ["KEYBROKER_CONFIG", options.env.KEYBROKER_CONFIG],
+  ];
+  for (const [origin, value] of explicit) {
+    if (value === undefined || value === "") continue;
+    const path = resolve(options.cwd, expandHome(value));
+    if (isFile(path)) return path;
+    let exists = false;
+    try {
+      statSync(path);
+      exists = true;
+    } catch {}
+    const message = exists
+      ? `${path} is not a file — name the rule file itself`
+      : `${path} does not exist — check the path, or run "keybroker init" to create a starter file`;
+    throw new RuleFileError(path, [{ path: "", message: `the rule file named by ${origin}: ${message}` }]);
+  }
+  for (const candidate of [join(options.cwd, RULE_FILE_NAME), join(options.home, RULE_FILE_NAME)]) {
+    if (isFile(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+/** Reads and compiles the rule file at `path`; undefined → the embedded catalogue alone. */
+export function loadRules(path: string | undefined): Rules {
+  if (path === undefined) return compileRules({}, CATALOGUE_ORIGIN, process.cwd());
+  const absolute = resolve(path);
+  let text: string;
+  try {
+    text = readFileSync(absolute, "utf8");
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code === "ENOENT" ? "it does not exist" : String((err as Error).message);
+    throw new RuleFileError(absolute, [{ path: "", message: `cannot read the rule file: ${reason}` }], { cause: err });
+  }
+  return parseRules(text, absolute, dirname(absolute));
+}
+
+/**
+ * Parses, validates and compiles rule-file text. `origin` names it in messages; relative paths
+ * in it are taken from `baseDir`. Throws a RuleFileError listing every problem.
+ */
+export function parseRules(text: string, origin: string, baseDir: string): Rules {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, strict: true });
+  if (doc.errors.length > 0) {
+    const problems = doc.errors.map((err): Problem => {
+      const { line, col } = lineCounter.linePos(err.pos[0]);
+      const first = err.message.split("\n")[0] ?? err.message;
+      return { path: "", message: `YAML syntax error: ${first}`, line, column: col };
+    });
+    throw new RuleFileError(origin, problems);
+  }
+
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw new RuleFileError(origin, [{ path: "", message: `cannot read the YAML: ${(err as Error).message}` }]);
+  }
+  if (raw === null || raw === undefined) raw = {};
+
+  const result = ruleFileSchema.safeParse(raw, { error: ruleFileErrorMap });
+  const found: PathProblem[] = [...(result.success ? [] : schemaProblems(result.error.issues)), ...crossCheck(raw)];
+  if (found.length > 0 || !result.success) {
+    const seen = new Set<string>();
+    const problems: Problem[] = [];
+    for (const problem of found) {
+      const placed = place(problem, doc.contents, lineCounter);
+      const key = `${placed.path}\0${placed.message}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      problems.push(placed);
+    }
+    // Reading order: by position, problems without one first (sort is stable).
+    problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || (a.column ?? 0) - (b.column ?? 0));
+    throw new RuleFileError(origin, problems);
+  }
+  return compileRules(result.data, origin, baseDir);
+}
+
+/** Renders the path and finds the line of the node it points at (or the unknown key itself). */
+function place(problem: PathProblem, root: unknown, lineCounter: LineCounter): Problem {
+  const path = problem.path.length === 0 ? "(top level)" : formatPath(problem.path);
+  const segments = problem.key === undefined ? problem.path : [...problem.path, problem.key];
+  let node: unknown = root;
+  let offset = rangeStart(root);
+  segments.forEach((segment, index) => {
+    if (isMap(node)) {
+      const pair = node.items.find((item) => isPair(item) && isScalar(item.key) && String(item.key.value) === String(segment));
+      const keyStart = rangeStart(pair?.key);
+      const isUnknownKey = problem.key !== undefined && index === segments.length - 1;
+      node = pair?.value;
+      offset = isUnknownKey ? (keyStart ?? offset) : (rangeStart(node) ?? keyStart ?? offset);
+    } else if (isSeq(node) && typeof segment === "number") {
+      node = node.items[segment];
+      offset = rangeStart(node) ?? offset;
+    } else node = undefined;
+  });
+  if (offset === undefined) return { path, message: problem.message };
+  const { line, col } = lineCounter.linePos(offset);
+  return { path, message: problem.message, line, column: col };
+}
+
+function rangeStart(node: unknown): number | undefined {
+  return node !== null && typeof node === "object" && "range" in node
+    ? ((node as Node).range?.[0] ?? undefined)
+    : undefined;
+}

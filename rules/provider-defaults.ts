@@ -1,0 +1,60 @@
+// How a rule file's providers combine with the embedded catalogue, and the defaults that depend
+// on a provider's id. Shared by the cross-checks (which see the raw file) and the compiler.
+import { CATALOGUE } from "./catalogue.js";
+import type { ProviderInput } from "./schema.js";
+
+export interface MergedProvider<T> {
+  readonly id: string;
+  /** The file's entry over the catalogue's (keys given in the file replace the catalogue's). */
+  readonly input: T | ProviderInput;
+  /** The catalogue entry of the same id, if any: the source of placeholder defaults. */
+  readonly catalogueEntry?: ProviderInput;
+  /** True when the file does not mention this provider. */
+  readonly fromCatalogue: boolean;
+}
+
+/**
+ * The providers in force: the file's, in file order (an empty entry keeps the catalogue entry as
+ * it is), then the catalogue's that the file does not name, unless `useCatalogue` is false.
+ */
+export function mergeProviders<T extends object>(
+  fileProviders: Readonly<Record<string, T | null>> | undefined,
+  useCatalogue: boolean,
+): MergedProvider<T>[] {
+  const out: MergedProvider<T>[] = [];
+  const named = new Set<string>();
+  for (const [id, entry] of Object.entries(fileProviders ?? {})) {
+    named.add(id);
+    const catalogueEntry = Object.hasOwn(CATALOGUE, id) ? CATALOGUE[id] : undefined;
+    const input = { ...(catalogueEntry ?? {}), ...(entry ?? {}) } as T | ProviderInput;
+    out.push(catalogueEntry === undefined ? { id, input, fromCatalogue: false } : { id, input, catalogueEntry, fromCatalogue: false });
+  }
+  if (useCatalogue) {
+    for (const [id, entry] of Object.entries(CATALOGUE)) {
+      if (!named.has(id)) out.push({ id, input: entry, catalogueEntry: entry, fromCatalogue: true });
+    }
+  }
+  return out;
+}
+
+/** `azure-openai` → `AZURE_OPENAI_API_KEY`. */
+export function derivedEnvName(id: string): string {
+  return `${id.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_API_KEY`;
+}
+
+/** A provider whose id ends in `-oauth` authenticates only with stored OAuth tokens (SPEC §5). */
+export function isOAuthOnly(id: string): boolean {
+  return id.endsWith("-oauth");
+}
+
+/** The reverse endpoint: the given mount without a trailing slash, else `/p/<id>` when there is an upstream. */
+export function effectiveMount(id: string, mount: unknown, upstream: unknown): string | undefined {
+  if (typeof mount === "string") return mount.length > 3 && mount.endsWith("/") ? mount.slice(0, -1) : mount;
+  return typeof upstream === "string" ? `/p/${id}` : undefined;
+}
+
+/** The placeholder variable: the entry's, else the catalogue's, else `<ID>_API_KEY`. */
+export function effectivePlaceholderEnv(id: string, placeholderEnv: unknown, catalogueEntry?: ProviderInput): string {
+  if (typeof placeholderEnv === "string") return placeholderEnv;
+  return catalogueEntry?.placeholder?.env ?? derivedEnvName(id);
+}

@@ -1,0 +1,457 @@
+// The rule file (SPEC §4) as one zod schema: the validator and, through z.infer, the type of a
+// parsed file. Every object is strict. The schema checks what one value can tell on its own;
+// what needs the whole file (names that must exist, duplicates, the catalogue) is checked in
+// cross-check.ts, and defaults are filled in compile.ts.
+import * as z from "zod";
+import { parseHostPort } from "./address.js";
+import { CredentialRefError, parseCredentialRef } from "./credential-ref.js";
+import { type PathProblem, suggest, unknownKeyMessage } from "./errors.js";
+import { parseHostPattern } from "./host-pattern.js";
+import { parseByteSize, parseDuration } from "./units.js";
+
+type ErrorMap = z.core.$ZodErrorMap;
+type RawIssue = z.core.$ZodRawIssue;
+
+// ---------------------------------------------------------------------------------------------
+// Messages. A message may quote keys and enum words, never a free string value: a credential
+// pasted into the wrong place must not end up in an error.
+
+/** How a value found in the file is named in a message: "a number", "a list", ... */
+export function describeValue(value: unknown): string {
+  if (value === undefined) return "nothing";
+  if (value === null) return "an empty value";
+  if (Array.isArray(value)) return "a list";
+  switch (typeof value) {
+    case "string":
+      return "a string";
+    case "number":
+      return "a number";
+    case "boolean":
+      return `${value}`;
+    case "object":
+      return "a map";
+    default:
+      return typeof value;
+  }
+}
+
+const EXPECTED_NAMES: Record<string, string> = {
+  string: "a string",
+  number: "a number",
+  int: "a whole number",
+  boolean: "true or false",
+  object: "a map (key: value)",
+  record: "a map (key: value)",
+  array: "a list",
+};
+
+function expectedMessage(what: string, input: unknown): string {
+  if (input === undefined) return `required key is missing (expected ${what})`;
+  return `expected ${what}, got ${describeValue(input)}`;
+}
+
+/** The fallback message for every issue a schema does not phrase itself. */
+export const ruleFileErrorMap: ErrorMap = (issue) => {
+  switch (issue.code) {
+    case "invalid_type":
+      return expectedMessage(EXPECTED_NAMES[issue.expected] ?? issue.expected, issue.input);
+    case "invalid_value": {
+      const values = issue.values.map((v) => JSON.stringify(v));
+      const input = issue.input;
+      const shown =
+        (typeof input === "string" && input.length <= 40) || typeof input === "number" || typeof input === "boolean"
+          ? JSON.stringify(input)
+          : describeValue(input);
+      const close = typeof input === "string" ? suggest(input, issue.values.map(String)) : undefined;
+      const hint = close === undefined ? "" : ` — did you mean "${close}"?`;
+      return values.length === 1
+        ? `expected ${values[0]}, got ${shown}${hint}`
+        : `${shown} is not one of ${values.join(", ")}${hint}`;
+    }
+    case "invalid_union":
+      return `expected a different kind of value, got ${describeValue(issue.input)}`;
+    case "too_small":
+      if (issue.origin === "string") return "must not be empty";
+      if (issue.origin === "array") return `needs at least ${issue.minimum} entr${issue.minimum === 1 ? "y" : "ies"}`;
+      return `must be at least ${issue.minimum}`;
+    case "too_big":
+      if (issue.origin === "string") return `is too long (at most ${issue.maximum} characters)`;
+      return `must be at most ${issue.maximum}`;
+    case "unrecognized_keys":
+      return issue.keys.map((key) => `unknown key ${JSON.stringify(key)}`).join("\n");
+    default:
+      return undefined;
+  }
+};
+
+/** Type errors phrased as `expected <what>, got <found>`. */
+function expect(what: string): { error: ErrorMap } {
+  return {
+    error: (issue: RawIssue) =>
+      issue.code === "invalid_type" || issue.code === "invalid_union" ? expectedMessage(what, issue.input) : undefined,
+  };
+}
+
+/**
+ * A strict object: each unknown key is an issue line with a "did you mean" among the keys
+ * allowed here. (One issue carries all unknown keys of the object, one per message line.)
+ */
+function strict<Shape extends z.core.$ZodLooseShape>(shape: Shape, what = "a map (key: value)") {
+  const allowed = Object.keys(shape);
+  return z.strictObject(shape, {
+    error: (issue: RawIssue) => {
+      if (issue.code === "unrecognized_keys") return issue.keys.map((k) => unknownKeyMessage(k, allowed)).join("\n");
+      if (issue.code === "invalid_type") return expectedMessage(what, issue.input);
+      return undefined;
+    },
+  });
+}
+
+function listOf<T extends z.ZodType>(item: T, what: string) {
+  return z.array(item, expect(what));
+}
+
+function oneOrMany<T extends z.ZodType>(item: T, what: string) {
+  return z.union([item, z.array(item)], expect(what));
+}
+
+/** A string checked by a parser that throws a message-bearing error. */
+function parsedString(what: string, check: (value: string) => void) {
+  return z.string(expect(what)).superRefine((value, ctx) => {
+    try {
+      check(value);
+    } catch (err) {
+      ctx.addIssue(err instanceof Error ? err.message : String(err));
+    }
+  });
+}
+
+function matching(pattern: RegExp, what: string, fix: string) {
+  return z.string(expect(what)).regex(pattern, fix);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Headers a rule may not set: framing, routing and connection management belong to keybroker. */
+const RESERVED_HEADERS = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "proxy-authorization",
+  "proxy-authenticate",
+  "proxy-connection",
+]);
+
+export const PROVIDER_ID = /^[a-z][a-z0-9._-]{0,62}$/;
+export const CLIENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+export const credentialRefSchema = z.string(expect("a credential reference string")).superRefine((value, ctx) => {
+  try {
+    parseCredentialRef(value);
+  } catch (err) {
+    ctx.addIssue(err instanceof CredentialRefError ? err.message : "not a credential reference");
+  }
+});
+
+const hostPatternSchema = parsedString("a host pattern", (value) => {
+  parseHostPattern(value);
+});
+
+const envName = matching(NAME, "a variable name", "must be a variable name: letters, digits and _, not starting with a digit");
+const headerName = matching(HEADER_NAME, "a header name", "is not a valid header name");
+const headerValue = matching(/^[^\r\n\0]*$/, "a header value string", "a header value cannot contain line breaks or NUL");
+const settableHeaderName = headerName.refine(
+  (name) => !RESERVED_HEADERS.has(name.toLowerCase()),
+  "keybroker manages this header itself — remove it from headers.set",
+);
+const nonEmpty = (what = "a string") => z.string(expect(what)).min(1);
+const filePath = nonEmpty("a file path").refine(
+  (p) => !/^~[^/]/.test(p) && !p.includes("\0"),
+  "use an absolute path, a path relative to the rule file, or ~/ for your home folder",
+);
+
+const duration = z
+  .union([z.number(), z.string()], expect('a duration such as "60s", "5m" or "500ms", or a number of seconds'))
+  .refine(
+    (value) => parseDuration(value) !== undefined,
+    'is not a duration — write "500ms", "60s", "5m", "1h", or a number of seconds',
+  );
+
+const byteSize = z
+  .union([z.number(), z.string()], expect('a size such as "4MiB", or a number of bytes'))
+  .refine((value) => parseByteSize(value) !== undefined, 'is not a size — write "4MiB", "512KiB", or a number of bytes');
+
+function isLoopbackUrlHost(hostname: string): boolean {
+  return hostname === "localhost" || hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
+}
+
+/** An https URL; plain http only toward loopback (local fakes and tests). */
+const endpointUrl = parsedString("a URL", (value) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error('is not a URL — write "https://host/path"');
+  }
+  if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
+  if (url.protocol === "https:") return;
+  if (url.protocol === "http:" && isLoopbackUrlHost(url.hostname)) return;
+  throw new Error("must be an https:// URL (http:// is accepted only for 127.0.0.1, ::1 and localhost)");
+});
+
+/** A reverse-mode upstream: an https origin, nothing after the host and port. */
+export const upstreamSchema = parsedString("an https origin", (value) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error('is not a URL — write an origin such as "https://api.example.com"');
+  }
+  if (url.protocol !== "https:") throw new Error('must be an https:// origin such as "https://api.example.com"');
+  if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
+  if (url.pathname !== "/" || url.search !== "" || url.hash !== "") {
+    throw new Error(`must be an origin only, such as "${url.origin}" — no path, query or fragment`);
+  }
+});
+
+export const mountSchema = matching(
+  /^\/p\/[A-Za-z0-9._~-]+\/?$/,
+  "a mount path",
+  'must be "/p/<name>" (one path segment after /p/)',
+);
+
+const listenSchema = z
+  .union([z.string(), z.number()], expect('"host:port" or a port number'))
+  .superRefine((value, ctx) => {
+    if (typeof value === "number") {
+      if (!Number.isInteger(value) || value < 0 || value > 65535) ctx.addIssue("a port is a whole number 0-65535");
+      return;
+    }
+    try {
+      parseHostPort(value, { allowPortZero: true });
+    } catch (err) {
+      ctx.addIssue(err instanceof Error ? err.message : String(err));
+    }
+  });
+
+// ---------------------------------------------------------------------------------------------
+// Sections
+
+const injectSchema = strict({
+  header: oneOrMany(headerName, "a header name or a list of header names").optional(),
+  query: matching(/^[A-Za-z0-9._~-]+$/, "a query parameter name", "is not a valid query parameter name").optional(),
+  basic: strict({ username: z.string(expect("a string")).optional() }).optional(),
+  format: z
+    .string(expect("a string"))
+    .refine((f) => f.includes("{secret}"), 'must contain "{secret}", as in "Bearer {secret}"')
+    .refine((f) => !/[\r\n\0]/.test(f), "cannot contain line breaks")
+    .optional(),
+});
+
+const poolSchema = strict({
+  strategy: z.enum(["fill_first", "round_robin", "least_used"]).optional(),
+  affinity: z.literal("client").optional(),
+  retry_body_limit: byteSize.optional(),
+  cooldown: duration.optional(),
+});
+
+const headersSchema = strict({
+  set: z.record(settableHeaderName, headerValue, expect("a map of header names to values")).optional(),
+  remove: listOf(headerName, "a list of header names").optional(),
+});
+
+const placeholderSchema = strict({
+  env: envName.optional(),
+  prefix: matching(
+    /^[A-Za-z0-9._-]{0,32}$/,
+    "a string",
+    "a prefix is at most 32 letters, digits, dots, dashes or underscores",
+  ).optional(),
+  value: matching(
+    /^[\x21-\x7e]{8,512}$/,
+    "a string",
+    "a fixed placeholder is 8 or more printable characters without spaces",
+  ).optional(),
+});
+
+const policyMatcherSchema = strict({
+  method: oneOrMany(
+    matching(/^[A-Za-z]+$/, "an HTTP method", "is not an HTTP method"),
+    "a method or a list of methods",
+  ).optional(),
+  path: oneOrMany(
+    matching(/^\/\S*$/, "a path glob", 'a path glob starts with "/", as in "/repos/**"'),
+    "a path glob or a list of path globs",
+  ).optional(),
+});
+
+const policyRuleSchema = strict({
+  deny: policyMatcherSchema.optional(),
+  approve: policyMatcherSchema.optional(),
+}).superRefine((rule, ctx) => {
+  if ((rule.deny === undefined) === (rule.approve === undefined)) {
+    ctx.addIssue('a policy rule is either "deny: {method, path}" or "approve: {method, path}" — exactly one of them');
+  }
+});
+
+const awsSigV4Schema = strict({
+  region: matching(/^[a-z0-9-]+$/, "a region name", "is not a region name, such as us-east-1"),
+  service: matching(/^[a-z0-9-]+$/, "a service name", "is not a service name, such as bedrock"),
+  access_key_id: credentialRefSchema,
+  secret_access_key: credentialRefSchema,
+  session_token: credentialRefSchema.optional(),
+});
+
+const authSchema = strict({
+  google_service_account: credentialRefSchema.optional(),
+  scopes: listOf(nonEmpty(), "a list of scopes").optional(),
+  aws_sigv4: awsSigV4Schema.optional(),
+}).superRefine((auth, ctx) => {
+  if ((auth.google_service_account === undefined) === (auth.aws_sigv4 === undefined)) {
+    ctx.addIssue("auth is either google_service_account or aws_sigv4 — exactly one of them");
+  } else if (auth.scopes !== undefined && auth.google_service_account === undefined) {
+    ctx.addIssue({ code: "custom", message: "scopes belong to google_service_account", path: ["scopes"] });
+  }
+});
+
+const oauthSchema = strict({
+  device_authorization_endpoint: endpointUrl.optional(),
+  authorization_endpoint: endpointUrl.optional(),
+  token_endpoint: endpointUrl,
+  client_id: nonEmpty(),
+  scopes: listOf(nonEmpty(), "a list of scopes").optional(),
+  redirect_uri: endpointUrl.optional(),
+}).superRefine((oauth, ctx) => {
+  if (oauth.device_authorization_endpoint === undefined && oauth.authorization_endpoint === undefined) {
+    ctx.addIssue(
+      "oauth needs device_authorization_endpoint (device grant) or authorization_endpoint (code with PKCE)",
+    );
+  }
+});
+
+export const providerSchema = strict({
+  hosts: listOf(hostPatternSchema, "a list of host patterns").optional(),
+  inject: injectSchema.optional(),
+  credentials: listOf(credentialRefSchema, "a list of credential references").optional(),
+  pool: poolSchema.optional(),
+  headers: headersSchema.optional(),
+  placeholder: placeholderSchema.optional(),
+  policy: listOf(policyRuleSchema, "a list of deny/approve rules").optional(),
+  mount: mountSchema.optional(),
+  upstream: upstreamSchema.optional(),
+  auth: authSchema.optional(),
+  oauth: oauthSchema.optional(),
+  allow_private_upstream: z.boolean(expect("true or false")).optional(),
+});
+
+const infisicalSchema = strict({
+  site_url: endpointUrl.optional(),
+  project_id: nonEmpty(),
+  environment: nonEmpty(),
+  path: matching(/^\/[^\s]*$/, "a folder path", 'a folder path starts with "/", as in "/agents"').optional(),
+  auth: strict({ client_id: credentialRefSchema, client_secret: credentialRefSchema }).optional(),
+  ttl: duration.optional(),
+});
+
+const sourcesSchema = strict({
+  order: listOf(z.enum(["infisical", "dotenv", "env"]), "a list of sources (infisical, dotenv, env)").optional(),
+  dotenv: filePath.optional(),
+  infisical: infisicalSchema.optional(),
+});
+
+const providerId = matching(
+  PROVIDER_ID,
+  "a provider id",
+  "is not a valid provider id — use lower-case letters, digits, '-', '_' or '.', starting with a letter",
+);
+
+const clientSchema = strict({
+  token: credentialRefSchema.optional(),
+  providers: z
+    .union([z.literal("*"), z.array(providerId)], expect('"*" or a list of provider ids'))
+    .optional(),
+  role: z.enum(["user", "owner"]).optional(),
+});
+
+const resolveKey = parsedString('"host:port"', (value) => {
+  parseHostPort(value);
+});
+const resolveTarget = parsedString('"address:port"', (value) => {
+  parseHostPort(value);
+});
+
+/**
+ * The whole rule file. Top-level sections and provider/client entries may be left empty in the
+ * YAML (`providers:` with everything below commented out, `openai:` to keep the catalogue entry
+ * as it is), so they accept null.
+ */
+export const ruleFileSchema = strict({
+  version: z.literal(1).optional(),
+  listen: listenSchema.nullish(),
+  intercept: z.enum(["providers", "all"]).optional(),
+  upstream_ca: oneOrMany(filePath, "a file path or a list of file paths").nullish(),
+  resolve: z.record(resolveKey, resolveTarget, expect('a map of "host:port" to "address:port"')).nullish(),
+  sources: sourcesSchema.nullish(),
+  providers: z.record(providerId, providerSchema.nullable(), expect("a map of provider ids to providers")).nullish(),
+  fallbacks: z
+    .record(providerId, listOf(providerId, "a list of provider ids"), expect("a map of provider ids to lists"))
+    .nullish(),
+  clients: z.record(
+    matching(CLIENT_NAME, "a client name", "is not a valid client name — use letters, digits, '.', '_' or '-'"),
+    clientSchema.nullable(),
+    expect("a map of client names to clients"),
+  ).nullish(),
+  catalogue: z.boolean(expect("true or false")).optional(),
+});
+
+/** A parsed, schema-valid rule file: the YAML's shape, before defaults. */
+export type RuleFile = z.infer<typeof ruleFileSchema>;
+/** One provider entry as written in a rule file or the embedded catalogue. */
+export type ProviderInput = z.infer<typeof providerSchema>;
+export type ClientInput = z.infer<typeof clientSchema>;
+export type SourcesInput = z.infer<typeof sourcesSchema>;
+
+// ---------------------------------------------------------------------------------------------
+// Issues → problems
+
+/** Flattens zod issues into one problem per thing to fix, picking the relevant union branch. */
+export function schemaProblems(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): PathProblem[] {
+  const out: PathProblem[] = [];
+  for (const issue of issues) {
+    const path = [...prefix, ...issue.path];
+    switch (issue.code) {
+      case "invalid_union": {
+        // A branch that got past the type check holds the real problem (e.g. a bad list item).
+        const branch = issue.errors.find(
+          (issues) =>
+            issues.length > 0 &&
+            !issues.every((i) => i.path.length === 0 && (i.code === "invalid_type" || i.code === "invalid_value")),
+        );
+        if (branch) out.push(...schemaProblems(branch, path));
+        else out.push({ path, message: issue.message });
+        break;
+      }
+      case "invalid_key":
+        for (const inner of issue.issues) out.push({ path, message: inner.message });
+        break;
+      case "unrecognized_keys":
+        issue.keys.forEach((key, i) => {
+          const message = issue.message.split("\n")[i] ?? `unknown key ${JSON.stringify(key)}`;
+          out.push({ path, message, key });
+        });
+        break;
+      default:
+        out.push({ path, message: issue.message });
+    }
+  }
+  return out;
+}

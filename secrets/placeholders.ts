@@ -1,0 +1,73 @@
+// Placeholders: non-secret stand-ins, stable per (client, provider), derived from the home's
+// key so that `env` can print them without any real secret, before or without a broker.
+import { createHmac } from "node:crypto";
+import type { ProviderRule } from "../rules/types.js";
+
+const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+function base62(bytes: Buffer, length: number): string {
+  let out = "";
+  for (let i = 0; out.length < length; i++) out += ALPHABET[bytes[i % bytes.length]! % 62];
+  return out;
+}
+
+export function placeholderFor(homeKey: Buffer, client: string, provider: ProviderRule): string {
+  if (provider.placeholder.value !== undefined) return provider.placeholder.value;
+  const mac = createHmac("sha256", homeKey).update(`placeholder\0${client}\0${provider.id}`).digest();
+  return `${provider.placeholder.prefix}kbph-${base62(mac, 32)}`;
+}
+
+export interface PlaceholderOwner {
+  readonly client: string;
+  readonly provider: string;
+  /** A fixed `placeholder.value`: every client of the provider uses the same one. */
+  readonly shared: boolean;
+}
+
+/**
+ * Every placeholder of a rule set, with a single pattern that finds any of them in a text.
+ * Built once per rule load; the request path only runs the pattern.
+ */
+export class PlaceholderIndex {
+  readonly #owners = new Map<string, PlaceholderOwner>();
+  readonly #byKey = new Map<string, string>();
+  readonly pattern: RegExp | undefined;
+
+  constructor(homeKey: Buffer, clients: readonly string[], providers: readonly ProviderRule[]) {
+    for (const client of clients) {
+      for (const provider of providers) {
+        const value = placeholderFor(homeKey, client, provider);
+        this.#byKey.set(`${client}\0${provider.id}`, value);
+        // A fixed placeholder is shared by every client: the first one owns it.
+        if (!this.#owners.has(value)) {
+          this.#owners.set(value, {
+            client,
+            provider: provider.id,
+            shared: provider.placeholder.value !== undefined,
+          });
+        }
+      }
+    }
+    const all = [...this.#owners.keys()].sort((a, b) => b.length - a.length);
+    this.pattern = all.length === 0 ? undefined : new RegExp(all.map(escapeRegExp).join("|"), "g");
+  }
+
+  get(client: string, provider: string): string | undefined {
+    return this.#byKey.get(`${client}\0${provider}`);
+  }
+
+  owner(placeholder: string): PlaceholderOwner | undefined {
+    return this.#owners.get(placeholder);
+  }
+
+  /** Every placeholder found in `text`, in order. */
+  find(text: string): string[] {
+    if (this.pattern === undefined) return [];
+    this.pattern.lastIndex = 0;
+    return text.match(this.pattern) ?? [];
+  }
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}

@@ -1,0 +1,186 @@
+// Runs the real `keybroker` command (the built dist/) as a child process with its own home, and
+// keeps everything it printed so tests can scan it for secrets.
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+export const ROOT = resolve(import.meta.dirname, "../..");
+export const CLI = join(ROOT, "dist/cli/main.js");
+
+export function tempHome(): string {
+  return mkdtempSync(join(tmpdir(), "kb-home-"));
+}
+
+/** A clean environment for the broker: no proxy variables or keys leaking in from the shell. */
+export function baseEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: "C.UTF-8" };
+  return { ...env, ...extra };
+}
+
+export interface BrokerProcess {
+  readonly url: string;
+  readonly port: number;
+  readonly home: string;
+  readonly caPath: string;
+  readonly bundlePath: string;
+  readonly child: ChildProcess;
+  stdout(): string;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  readonly home?: string;
+  readonly config?: string;
+  readonly env?: Record<string, string>;
+  readonly cwd?: string;
+  readonly args?: string[];
+}
+
+/** Everything the broker wrote, collected across restarts, for the secret scan. */
+export const outputs: string[] = [];
+
+export async function startBroker(opts: StartOptions = {}): Promise<BrokerProcess> {
+  const home = opts.home ?? tempHome();
+  const args = [CLI, "start", "--home", home, "--port", "0", ...(opts.args ?? [])];
+  if (opts.config !== undefined) args.push("--config", opts.config);
+  const child = spawn(process.execPath, args, {
+    cwd: opts.cwd ?? home,
+    env: baseEnv(opts.env),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stdout!.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  child.stderr!.on("data", (d: Buffer) => {
+    err += d.toString();
+  });
+  const url = await new Promise<string>((resolveUrl, reject) => {
+    const onData = () => {
+      const m = /listening on (http:\/\/[^\s]+) · CA (\S+)/.exec(out);
+      if (m) {
+        child.stdout!.off("data", onData);
+        resolveUrl(m[1]!);
+      }
+    };
+    child.stdout!.on("data", onData);
+    child.once("exit", (code) =>
+      reject(new Error(`broker exited with ${code}\nstdout:\n${out}\nstderr:\n${err}`)),
+    );
+  });
+  const port = Number(new URL(url).port);
+  let stopped = false;
+  return {
+    url,
+    port,
+    home,
+    caPath: join(home, "ca", "ca.pem"),
+    bundlePath: join(home, "ca", "bundle.pem"),
+    child,
+    stdout: () => out,
+    stderr: () => err,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      if (child.exitCode === null) {
+        const exited = once(child, "exit");
+        child.kill("SIGTERM");
+        await exited;
+      }
+      outputs.push(out, err);
+    },
+  };
+}
+
+export interface CliResult {
+  readonly status: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a keybroker command to completion. */
+export function cli(
+  args: string[],
+  opts: { env?: Record<string, string>; cwd?: string; input?: string } = {},
+): CliResult {
+  const r = spawnSync(process.execPath, [CLI, ...args], {
+    cwd: opts.cwd ?? tmpdir(),
+    env: baseEnv(opts.env),
+    encoding: "utf8",
+    input: opts.input ?? "",
+    timeout: 60_000,
+  });
+  outputs.push(r.stdout, r.stderr);
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Async variant, for commands that talk to a broker started by the same test. */
+export async function cliAsync(
+  args: string[],
+  opts: { env?: Record<string, string>; cwd?: string } = {},
+): Promise<CliResult> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    cwd: opts.cwd ?? tmpdir(),
+    env: baseEnv(opts.env),
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => {
+    stdout += d.toString();
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const [status] = (await once(child, "exit")) as [number | null];
+  outputs.push(stdout, stderr);
+  return { status, stdout, stderr };
+}
+
+export function writeConfig(dir: string, yaml: string, name = "keybroker.yaml"): string {
+  const path = join(dir, name);
+  writeFileSync(path, yaml);
+  return path;
+}
+
+function* walk(dir: string): Generator<string> {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    const st = statSync(p);
+    if (st.isDirectory()) yield* walk(p);
+    else if (st.isFile()) yield p;
+  }
+}
+
+/** The forms a secret could be written in. */
+function forms(secret: string): string[] {
+  return [secret, Buffer.from(secret).toString("base64"), encodeURIComponent(secret)];
+}
+
+/**
+ * Every place a real secret was found: files under the home folders, and every output the
+ * broker wrote. Tests assert this is empty.
+ */
+export function findSecrets(
+  secrets: readonly string[],
+  homes: readonly string[],
+  texts: readonly string[] = outputs,
+): string[] {
+  const hits: string[] = [];
+  for (const secret of secrets) {
+    for (const form of forms(secret)) {
+      texts.forEach((t, i) => {
+        if (t.includes(form)) hits.push(`output #${i} contains ${secret.slice(0, 6)}…`);
+      });
+      for (const home of homes) {
+        for (const file of walk(home)) {
+          if (readFileSync(file).includes(form)) hits.push(`${file} contains ${secret.slice(0, 6)}…`);
+        }
+      }
+    }
+  }
+  return hits;
+}

@@ -1,0 +1,111 @@
+// A broker wired to a fake upstream: provider hosts resolve to the upstream's port, the
+// upstream's test CA is trusted, and real-looking keys sit in the broker's environment only.
+import { join } from "node:path";
+import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "./broker.js";
+import { type FakeUpstream, startUpstream } from "./upstream.js";
+
+export const REAL_OPENAI = "sk-real-openai-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4";
+export const REAL_ANTHROPIC = "sk-ant-real-2b4d6f8a0c1e3g5i7k9m1o3q5s7u9w1y";
+export const REAL_GEMINI = "AIzaReal-gemini-9x8w7v6u5t4s3r2q1p0o";
+export const REAL_GITHUB = "ghp_realgithubtoken0123456789abcdefABCD";
+export const ALL_REAL = [REAL_OPENAI, REAL_ANTHROPIC, REAL_GEMINI, REAL_GITHUB];
+
+export const HOSTS = [
+  "api.openai.com",
+  "api.anthropic.com",
+  "generativelanguage.googleapis.com",
+  "api.github.com",
+  "evil.example",
+];
+
+export interface Fixture {
+  readonly upstream: FakeUpstream;
+  readonly broker: BrokerProcess;
+  readonly home: string;
+  readonly dir: string;
+  placeholder(provider: string, client?: string): Promise<string>;
+  /** The secret scan over the home and every output. */
+  leaks(): string[];
+  close(): Promise<void>;
+}
+
+export function rulesFor(upstream: FakeUpstream, extra = ""): string {
+  const resolve = HOSTS.map((h) => `  "${h}:443": "127.0.0.1:${upstream.port}"`).join("\n");
+  return `version: 1
+upstream_ca: [${JSON.stringify(upstream.caPath)}]
+resolve:
+${resolve}
+providers:
+  openai:
+    credentials: [OPENAI_API_KEY]
+  anthropic:
+    credentials: [ANTHROPIC_API_KEY]
+  gemini:
+    credentials: [GEMINI_API_KEY]
+  github:
+    hosts: [api.github.com]
+    inject: { basic: { username: x-access-token } }
+    placeholder: { env: GITHUB_TOKEN }
+    credentials: [GITHUB_TOKEN]
+    policy:
+      - deny: { method: DELETE, path: "/repos/**" }
+${extra}`;
+}
+
+export async function startFixture(
+  opts: { extraRules?: string; rules?: (u: FakeUpstream) => string } = {},
+): Promise<Fixture> {
+  const upstream = await startUpstream();
+  const home = tempHome();
+  const dir = tempHome();
+  const config = writeConfig(dir, opts.rules ? opts.rules(upstream) : rulesFor(upstream, opts.extraRules));
+  const env = {
+    OPENAI_API_KEY: REAL_OPENAI,
+    ANTHROPIC_API_KEY: REAL_ANTHROPIC,
+    GEMINI_API_KEY: REAL_GEMINI,
+    GITHUB_TOKEN: REAL_GITHUB,
+  };
+  const broker = await startBroker({ home, config, env });
+  const { cliAsync } = await import("./broker.js");
+  const cache = new Map<string, Record<string, string>>();
+  return {
+    upstream,
+    broker,
+    home,
+    dir,
+    async placeholder(provider: string, client = "default") {
+      let vars = cache.get(client);
+      if (vars === undefined) {
+        const r = await cliAsync([
+          "env",
+          "--home",
+          home,
+          "--config",
+          config,
+          "--client",
+          client,
+          "--format",
+          "json",
+        ]);
+        if (r.status !== 0) throw new Error(`keybroker env failed: ${r.stderr}`);
+        vars = JSON.parse(r.stdout) as Record<string, string>;
+        cache.set(client, vars);
+      }
+      const name = {
+        openai: "OPENAI_API_KEY",
+        anthropic: "ANTHROPIC_API_KEY",
+        gemini: "GEMINI_API_KEY",
+        github: "GITHUB_TOKEN",
+      }[provider];
+      const value = name === undefined ? undefined : vars[name];
+      if (value === undefined)
+        throw new Error(`no placeholder for ${provider} in ${JSON.stringify(Object.keys(vars))}`);
+      return value;
+    },
+    leaks: () => findSecrets(ALL_REAL, [home, join(dir)]),
+    async close() {
+      await broker.stop();
+      await upstream.close();
+    },
+  };
+}

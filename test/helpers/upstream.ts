@@ -1,0 +1,135 @@
+// A real HTTPS "provider" on 127.0.0.1 that records what it received. Its certificate comes
+// from a CA made for the test, and it answers for any host name (SNI picks the leaf).
+import { once } from "node:events";
+import { mkdtempSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type Server } from "node:https";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type CertificateAuthority, loadOrCreateCa } from "../../certs/ca.js";
+import { LeafMinter } from "../../certs/leaf.js";
+
+export interface Received {
+  readonly method: string;
+  readonly url: string;
+  readonly host: string | undefined;
+  readonly sni: string | undefined;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly rawHeaders: string[];
+  readonly body: Buffer;
+}
+
+export type Route = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void | Promise<void>;
+
+export interface FakeUpstream {
+  readonly port: number;
+  readonly ca: CertificateAuthority;
+  /** Path of the PEM the broker must trust (upstream_ca). */
+  readonly caPath: string;
+  readonly received: Received[];
+  /** Requests whose body is still streaming in get their route called before the body ends. */
+  readonly streamingRoutes: Map<string, (req: IncomingMessage, res: ServerResponse) => void>;
+  readonly routes: Map<string, Route>;
+  /** Number of TLS connections accepted. */
+  connections: number;
+  close(): Promise<void>;
+}
+
+function chatCompletion(): string {
+  return JSON.stringify({
+    id: "chatcmpl-test",
+    object: "chat.completion",
+    created: 1_700_000_000,
+    model: "gpt-test",
+    choices: [
+      { index: 0, message: { role: "assistant", content: "hello from upstream" }, finish_reason: "stop" },
+    ],
+    usage: { prompt_tokens: 1, completion_tokens: 3, total_tokens: 4 },
+  });
+}
+
+function anthropicMessage(): string {
+  return JSON.stringify({
+    id: "msg_test",
+    type: "message",
+    role: "assistant",
+    model: "claude-test",
+    content: [{ type: "text", text: "hello from upstream" }],
+    stop_reason: "end_turn",
+    stop_sequence: null,
+    usage: { input_tokens: 1, output_tokens: 3 },
+  });
+}
+
+function json(res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+export async function startUpstream(): Promise<FakeUpstream> {
+  const dir = mkdtempSync(join(tmpdir(), "kb-upstream-"));
+  const ca = loadOrCreateCa(dir);
+  const minter = new LeafMinter(ca);
+  const received: Received[] = [];
+  const routes = new Map<string, Route>();
+  const streamingRoutes = new Map<string, (req: IncomingMessage, res: ServerResponse) => void>();
+  routes.set("POST /v1/chat/completions", (_req, res) => json(res, 200, chatCompletion()));
+  routes.set("POST /v1/messages", (_req, res) => json(res, 200, anthropicMessage()));
+
+  const fallback = minter.mint("localhost");
+  const server: Server = createServer({
+    SNICallback: (name, cb) => cb(null, minter.secureContext(name)),
+    cert: fallback.certPem,
+    key: fallback.keyPem,
+  });
+  const up = {
+    port: 0,
+    ca,
+    caPath: ca.certPath,
+    received,
+    routes,
+    streamingRoutes,
+    connections: 0,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  server.on("secureConnection", () => {
+    up.connections++;
+  });
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const key = `${req.method} ${path}`;
+    const streaming = streamingRoutes.get(key);
+    const record = (body: Buffer) =>
+      received.push({
+        method: req.method ?? "",
+        url: req.url ?? "",
+        host: req.headers.host,
+        sni: (req.socket as { servername?: string }).servername,
+        headers: { ...req.headers },
+        rawHeaders: [...req.rawHeaders],
+        body,
+      });
+    if (streaming !== undefined) {
+      record(Buffer.alloc(0));
+      streaming(req, res);
+      return;
+    }
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      record(body);
+      const route = routes.get(key);
+      if (route === undefined) json(res, 200, JSON.stringify({ ok: true, path }));
+      else void route(req, res, body);
+    });
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  up.port = (server.address() as AddressInfo).port;
+  return up;
+}

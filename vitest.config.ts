@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    pool: "forks",
+    coverage: {
+      include: ["proxy/**", "certs/**", "rules/**", "cli/**", "secrets/**", "audit/**", "core/**"],
+    },
+  },
+});
