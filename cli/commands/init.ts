@@ -8,7 +8,7 @@ import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext } from "../context.js";
 
-export const STARTER_RULES = `# keybroker rule file. Reference: https://github.com/keybroker/keybroker#rule-file
+export const STARTER_RULES = `# keybroker rule file (see the README, "Rule file").
 # Without any providers: entry the embedded catalogue serves (openai, anthropic, gemini, ...):
 # each is active when its usual variable (OPENAI_API_KEY, ...) has a value.
 version: 1
