@@ -74,11 +74,15 @@ function compileInject(inject: ProviderInput["inject"]): InjectSpec {
   // With no injection point at all, the credential goes where most APIs take it.
   if (headers.length === 0 && query === undefined && basic === undefined) headers = ["authorization"];
   const first = headers[0];
-  const format = inject?.format ?? (first === undefined ? undefined : first === "authorization" ? "Bearer {secret}" : "{secret}");
+  const format =
+    inject?.format ??
+    (first === undefined ? undefined : first === "authorization" ? "Bearer {secret}" : "{secret}");
   return {
     headers,
     ...(query === undefined ? {} : { query }),
-    ...(basic === undefined ? {} : { basic: basic.username === undefined ? {} : { username: basic.username } }),
+    ...(basic === undefined
+      ? {}
+      : { basic: basic.username === undefined ? {} : { username: basic.username } }),
     ...(format === undefined ? {} : { format }),
   };
 }
@@ -125,7 +129,8 @@ function compileProvider(
   ctx: Context,
 ): ProviderRule {
   const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry);
-  const prefix = input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
+  const prefix =
+    input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
   // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
   const defaultCredentials = isOAuthOnly(id) || input.auth !== undefined ? [] : [env];
@@ -134,7 +139,8 @@ function compileProvider(
   );
 
   const pool = input.pool ?? {};
-  const retryBodyLimit = pool.retry_body_limit === undefined ? undefined : parseByteSize(pool.retry_body_limit);
+  const retryBodyLimit =
+    pool.retry_body_limit === undefined ? undefined : parseByteSize(pool.retry_body_limit);
   const cooldownMs = pool.cooldown === undefined ? undefined : parseDuration(pool.cooldown);
 
   const mount = effectiveMount(id, input.mount, input.upstream);
@@ -169,7 +175,9 @@ function compileProvider(
             ...(oauth.device_authorization_endpoint === undefined
               ? {}
               : { deviceAuthorizationEndpoint: oauth.device_authorization_endpoint }),
-            ...(oauth.authorization_endpoint === undefined ? {} : { authorizationEndpoint: oauth.authorization_endpoint }),
+            ...(oauth.authorization_endpoint === undefined
+              ? {}
+              : { authorizationEndpoint: oauth.authorization_endpoint }),
             tokenEndpoint: oauth.token_endpoint,
             clientId: oauth.client_id,
             scopes: [...(oauth.scopes ?? [])],
@@ -183,12 +191,15 @@ function compileProvider(
 
 function compileSources(sources: SourcesInput | undefined, ctx: Context): SourcesConfig {
   const infisical = sources?.infisical;
-  const order = sources?.order ?? (infisical === undefined ? ["dotenv", "env"] : ["infisical", "dotenv", "env"]);
+  const order =
+    sources?.order ?? (infisical === undefined ? ["dotenv", "env"] : ["infisical", "dotenv", "env"]);
   const auth = infisical?.auth ?? DEFAULT_INFISICAL_AUTH;
   const ref = (r: string): string => absoluteCredentialRef(r, ctx.baseDir, ctx.userHome);
   return {
     order: [...order],
-    ...(sources?.dotenv === undefined ? {} : { dotenv: absolutePath(sources.dotenv, ctx.baseDir, ctx.userHome) }),
+    ...(sources?.dotenv === undefined
+      ? {}
+      : { dotenv: absolutePath(sources.dotenv, ctx.baseDir, ctx.userHome) }),
     ...(infisical === undefined
       ? {}
       : {
@@ -199,13 +210,19 @@ function compileSources(sources: SourcesInput | undefined, ctx: Context): Source
             path: infisical.path ?? "/",
             clientId: ref(auth.client_id),
             clientSecret: ref(auth.client_secret),
-            ttlMs: infisical.ttl === undefined ? DEFAULT_INFISICAL_TTL_MS : (parseDuration(infisical.ttl) ?? DEFAULT_INFISICAL_TTL_MS),
+            ttlMs:
+              infisical.ttl === undefined
+                ? DEFAULT_INFISICAL_TTL_MS
+                : (parseDuration(infisical.ttl) ?? DEFAULT_INFISICAL_TTL_MS),
           },
         }),
   };
 }
 
-function compileClients(clients: Readonly<Record<string, ClientInput | null>> | undefined, ctx: Context): ClientRule[] {
+function compileClients(
+  clients: Readonly<Record<string, ClientInput | null>> | undefined,
+  ctx: Context,
+): ClientRule[] {
   if (clients === undefined || Object.keys(clients).length === 0) {
     return [{ name: "default", providers: "*", role: "owner" }];
   }
@@ -213,7 +230,9 @@ function compileClients(clients: Readonly<Record<string, ClientInput | null>> | 
     const providers = client?.providers ?? "*";
     return {
       name,
-      ...(client?.token === undefined ? {} : { token: absoluteCredentialRef(client.token, ctx.baseDir, ctx.userHome) }),
+      ...(client?.token === undefined
+        ? {}
+        : { token: absoluteCredentialRef(client.token, ctx.baseDir, ctx.userHome) }),
       providers: providers === "*" ? "*" : [...providers],
       role: client?.role ?? "user",
     };

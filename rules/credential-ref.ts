@@ -42,18 +42,25 @@ export function parseCredentialRef(ref: string): CredentialRef {
       }
       return { kind: prefix, name: rest };
     case "file":
-      if (rest.trim() === "" || rest.includes("\0")) throw new CredentialRefError("file: needs a path, as in file:/run/secrets/openai");
-      if (/^~[^/]/.test(rest)) throw new CredentialRefError("file: supports ~/ for your home folder, not ~user — write the full path");
+      if (rest.trim() === "" || rest.includes("\0"))
+        throw new CredentialRefError("file: needs a path, as in file:/run/secrets/openai");
+      if (/^~[^/]/.test(rest))
+        throw new CredentialRefError(
+          "file: supports ~/ for your home folder, not ~user — write the full path",
+        );
       return { kind: "file", path: rest };
     case "infisical": {
       const match = INFISICAL.exec(rest);
       if (!match) {
-        throw new CredentialRefError("infisical: needs an absolute secret path, as in infisical:/llm/ANTHROPIC_API_KEY");
+        throw new CredentialRefError(
+          "infisical: needs an absolute secret path, as in infisical:/llm/ANTHROPIC_API_KEY",
+        );
       }
       return { kind: "infisical", folder: match[1] === "" ? "/" : (match[1] ?? "/"), name: match[2] ?? "" };
     }
     case "cmd":
-      if (rest.trim() === "") throw new CredentialRefError("cmd: needs a command line, as in cmd:pass show openai");
+      if (rest.trim() === "")
+        throw new CredentialRefError("cmd: needs a command line, as in cmd:pass show openai");
       return { kind: "cmd", command: rest };
   }
   const forms = `write ${CREDENTIAL_REF_FORMS}`;

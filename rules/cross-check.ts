@@ -95,7 +95,10 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       const other = hostOwners.get(key);
       if (other === undefined) hostOwners.set(key, provider);
       else if (other === provider) {
-        problems.push({ path: at("hosts", index), message: `${JSON.stringify(host)} is listed twice — remove one` });
+        problems.push({
+          path: at("hosts", index),
+          message: `${JSON.stringify(host)} is listed twice — remove one`,
+        });
       } else {
         problems.push({
           path: at("hosts", index),
@@ -131,13 +134,15 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       if (input.oauth === undefined) {
         problems.push({
           path: at(),
-          message: "a provider whose id ends in -oauth logs in with OAuth only — add an oauth block (token_endpoint, client_id, ...)",
+          message:
+            "a provider whose id ends in -oauth logs in with OAuth only — add an oauth block (token_endpoint, client_id, ...)",
         });
       }
       if (input.credentials !== undefined) {
         problems.push({
           path: at("credentials"),
-          message: "a provider whose id ends in -oauth uses only its stored OAuth tokens — remove credentials, or rename the provider",
+          message:
+            "a provider whose id ends in -oauth uses only its stored OAuth tokens — remove credentials, or rename the provider",
         });
       }
     }
@@ -151,7 +156,11 @@ function missingProvider(name: string, ids: readonly string[]): string {
     : `there is no provider ${JSON.stringify(name)} — did you mean "${close}"?`;
 }
 
-function checkProviderNames(raw: Raw, byId: ReadonlyMap<string, MergedProvider<Raw>>, problems: PathProblem[]): void {
+function checkProviderNames(
+  raw: Raw,
+  byId: ReadonlyMap<string, MergedProvider<Raw>>,
+  problems: PathProblem[],
+): void {
   const ids = [...byId.keys()];
   const reverseCapable = (id: string): boolean => {
     const input = byId.get(id)?.input as Raw | undefined;
@@ -175,7 +184,11 @@ function checkProviderNames(raw: Raw, byId: ReadonlyMap<string, MergedProvider<R
       targets.forEach((to, index) => {
         if (typeof to !== "string" || !PROVIDER_ID.test(to)) return;
         const path = ["fallbacks", from, index];
-        if (to === from) problems.push({ path, message: `a provider cannot fall back to itself — remove ${JSON.stringify(to)}` });
+        if (to === from)
+          problems.push({
+            path,
+            message: `a provider cannot fall back to itself — remove ${JSON.stringify(to)}`,
+          });
         else if (!byId.has(to)) problems.push({ path, message: missingProvider(to, ids) });
         else if (!reverseCapable(to)) {
           problems.push({
@@ -212,7 +225,8 @@ function checkSources(raw: Raw, problems: PathProblem[]): void {
   if (seen.has("infisical") && raw.sources.infisical === undefined) {
     problems.push({
       path: ["sources", "order"],
-      message: "infisical is in the lookup order but not configured — add sources.infisical, or remove it from the order",
+      message:
+        "infisical is in the lookup order but not configured — add sources.infisical, or remove it from the order",
     });
   }
   const infisical = raw.sources.infisical;
@@ -222,7 +236,8 @@ function checkSources(raw: Raw, problems: PathProblem[]): void {
       if (typeof ref === "string" && ref.startsWith("infisical:")) {
         problems.push({
           path: ["sources", "infisical", "auth", key],
-          message: "Infisical's own login cannot come from Infisical — use env:NAME, dotenv:NAME, file:PATH or cmd:...",
+          message:
+            "Infisical's own login cannot come from Infisical — use env:NAME, dotenv:NAME, file:PATH or cmd:...",
         });
       }
     }
@@ -242,7 +257,10 @@ function checkResolve(raw: Raw, problems: PathProblem[]): void {
     }
     const first = seen.get(normalized);
     if (first !== undefined) {
-      problems.push({ path: ["resolve", key], message: `names the same host and port as ${JSON.stringify(first)} — keep one` });
+      problems.push({
+        path: ["resolve", key],
+        message: `names the same host and port as ${JSON.stringify(first)} — keep one`,
+      });
     } else seen.set(normalized, key);
   }
 }

@@ -79,7 +79,8 @@ export function parseHostPattern(source: string): HostPattern {
     port = parsePort(source.slice(colon + 1), reject);
   }
 
-  if (hostPart === "*") reject("a bare * would match every host; to intercept everything, set intercept: all");
+  if (hostPart === "*")
+    reject("a bare * would match every host; to intercept everything, set intercept: all");
   if (hostPart.includes("**")) reject("** is glob syntax, not a host pattern");
   if (!bracketed && GLOB_SYNTAX.test(hostPart)) reject("glob syntax (! ? , { } [ ]) is not allowed in hosts");
 
@@ -98,7 +99,8 @@ export function parseHostPattern(source: string): HostPattern {
     reject("not a valid host name");
   }
   if (wildcard) {
-    if (host.includes(":") || /^[0-9.]+$/.test(host)) reject("a wildcard cannot stand in front of an IP address");
+    if (host.includes(":") || /^[0-9.]+$/.test(host))
+      reject("a wildcard cannot stand in front of an IP address");
     if (host.split(".").length < 2) reject('too broad: a wildcard needs at least two labels after "*."');
   }
   return { source, host, wildcard, port };

@@ -8,7 +8,7 @@ import { CATALOGUE_ORIGIN } from "./catalogue.js";
 import { compileRules } from "./compile.js";
 import { crossCheck } from "./cross-check.js";
 import { formatPath, type PathProblem, type Problem, RuleFileError } from "./errors.js";
-import { ruleFileSchema, ruleFileErrorMap, schemaProblems } from "./schema.js";
+import { ruleFileErrorMap, ruleFileSchema, schemaProblems } from "./schema.js";
 import type { Rules } from "./types.js";
 
 export const RULE_FILE_NAME = "keybroker.yaml";
@@ -73,8 +73,11 @@ export function loadRules(path: string | undefined): Rules {
   try {
     text = readFileSync(absolute, "utf8");
   } catch (err) {
-    const reason = (err as NodeJS.ErrnoException).code === "ENOENT" ? "it does not exist" : String((err as Error).message);
-    throw new RuleFileError(absolute, [{ path: "", message: `cannot read the rule file: ${reason}` }], { cause: err });
+    const reason =
+      (err as NodeJS.ErrnoException).code === "ENOENT" ? "it does not exist" : String((err as Error).message);
+    throw new RuleFileError(absolute, [{ path: "", message: `cannot read the rule file: ${reason}` }], {
+      cause: err,
+    });
   }
   return parseRules(text, absolute, dirname(absolute));
 }
@@ -99,12 +102,17 @@ export function parseRules(text: string, origin: string, baseDir: string): Rules
   try {
     raw = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
-    throw new RuleFileError(origin, [{ path: "", message: `cannot read the YAML: ${(err as Error).message}` }]);
+    throw new RuleFileError(origin, [
+      { path: "", message: `cannot read the YAML: ${(err as Error).message}` },
+    ]);
   }
   if (raw === null || raw === undefined) raw = {};
 
   const result = ruleFileSchema.safeParse(raw, { error: ruleFileErrorMap });
-  const found: PathProblem[] = [...(result.success ? [] : schemaProblems(result.error.issues)), ...crossCheck(raw)];
+  const found: PathProblem[] = [
+    ...(result.success ? [] : schemaProblems(result.error.issues)),
+    ...crossCheck(raw),
+  ];
   if (found.length > 0 || !result.success) {
     const seen = new Set<string>();
     const problems: Problem[] = [];
@@ -130,7 +138,9 @@ function place(problem: PathProblem, root: unknown, lineCounter: LineCounter): P
   let offset = rangeStart(root);
   segments.forEach((segment, index) => {
     if (isMap(node)) {
-      const pair = node.items.find((item) => isPair(item) && isScalar(item.key) && String(item.key.value) === String(segment));
+      const pair = node.items.find(
+        (item) => isPair(item) && isScalar(item.key) && String(item.key.value) === String(segment),
+      );
       const keyStart = rangeStart(pair?.key);
       const isUnknownKey = problem.key !== undefined && index === segments.length - 1;
       node = pair?.value;

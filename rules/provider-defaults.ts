@@ -27,7 +27,11 @@ export function mergeProviders<T extends object>(
     named.add(id);
     const catalogueEntry = Object.hasOwn(CATALOGUE, id) ? CATALOGUE[id] : undefined;
     const input = { ...(catalogueEntry ?? {}), ...(entry ?? {}) } as T | ProviderInput;
-    out.push(catalogueEntry === undefined ? { id, input, fromCatalogue: false } : { id, input, catalogueEntry, fromCatalogue: false });
+    out.push(
+      catalogueEntry === undefined
+        ? { id, input, fromCatalogue: false }
+        : { id, input, catalogueEntry, fromCatalogue: false },
+    );
   }
   if (useCatalogue) {
     for (const [id, entry] of Object.entries(CATALOGUE)) {
@@ -54,7 +58,11 @@ export function effectiveMount(id: string, mount: unknown, upstream: unknown): s
 }
 
 /** The placeholder variable: the entry's, else the catalogue's, else `<ID>_API_KEY`. */
-export function effectivePlaceholderEnv(id: string, placeholderEnv: unknown, catalogueEntry?: ProviderInput): string {
+export function effectivePlaceholderEnv(
+  id: string,
+  placeholderEnv: unknown,
+  catalogueEntry?: ProviderInput,
+): string {
   if (typeof placeholderEnv === "string") return placeholderEnv;
   return catalogueEntry?.placeholder?.env ?? derivedEnvName(id);
 }

@@ -59,7 +59,9 @@ export const ruleFileErrorMap: ErrorMap = (issue) => {
       const values = issue.values.map((v) => JSON.stringify(v));
       const input = issue.input;
       const shown =
-        (typeof input === "string" && input.length <= 40) || typeof input === "number" || typeof input === "boolean"
+        (typeof input === "string" && input.length <= 40) ||
+        typeof input === "number" ||
+        typeof input === "boolean"
           ? JSON.stringify(input)
           : describeValue(input);
       const close = typeof input === "string" ? suggest(input, issue.values.map(String)) : undefined;
@@ -72,7 +74,8 @@ export const ruleFileErrorMap: ErrorMap = (issue) => {
       return `expected a different kind of value, got ${describeValue(issue.input)}`;
     case "too_small":
       if (issue.origin === "string") return "must not be empty";
-      if (issue.origin === "array") return `needs at least ${issue.minimum} entr${issue.minimum === 1 ? "y" : "ies"}`;
+      if (issue.origin === "array")
+        return `needs at least ${issue.minimum} entr${issue.minimum === 1 ? "y" : "ies"}`;
       return `must be at least ${issue.minimum}`;
     case "too_big":
       if (issue.origin === "string") return `is too long (at most ${issue.maximum} characters)`;
@@ -88,7 +91,9 @@ export const ruleFileErrorMap: ErrorMap = (issue) => {
 function expect(what: string): { error: ErrorMap } {
   return {
     error: (issue: RawIssue) =>
-      issue.code === "invalid_type" || issue.code === "invalid_union" ? expectedMessage(what, issue.input) : undefined,
+      issue.code === "invalid_type" || issue.code === "invalid_union"
+        ? expectedMessage(what, issue.input)
+        : undefined,
   };
 }
 
@@ -100,7 +105,8 @@ function strict<Shape extends z.core.$ZodLooseShape>(shape: Shape, what = "a map
   const allowed = Object.keys(shape);
   return z.strictObject(shape, {
     error: (issue: RawIssue) => {
-      if (issue.code === "unrecognized_keys") return issue.keys.map((k) => unknownKeyMessage(k, allowed)).join("\n");
+      if (issue.code === "unrecognized_keys")
+        return issue.keys.map((k) => unknownKeyMessage(k, allowed)).join("\n");
       if (issue.code === "invalid_type") return expectedMessage(what, issue.input);
       return undefined;
     },
@@ -154,21 +160,31 @@ const RESERVED_HEADERS = new Set([
 export const PROVIDER_ID = /^[a-z][a-z0-9._-]{0,62}$/;
 export const CLIENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-export const credentialRefSchema = z.string(expect("a credential reference string")).superRefine((value, ctx) => {
-  try {
-    parseCredentialRef(value);
-  } catch (err) {
-    ctx.addIssue(err instanceof CredentialRefError ? err.message : "not a credential reference");
-  }
-});
+export const credentialRefSchema = z
+  .string(expect("a credential reference string"))
+  .superRefine((value, ctx) => {
+    try {
+      parseCredentialRef(value);
+    } catch (err) {
+      ctx.addIssue(err instanceof CredentialRefError ? err.message : "not a credential reference");
+    }
+  });
 
 const hostPatternSchema = parsedString("a host pattern", (value) => {
   parseHostPattern(value);
 });
 
-const envName = matching(NAME, "a variable name", "must be a variable name: letters, digits and _, not starting with a digit");
+const envName = matching(
+  NAME,
+  "a variable name",
+  "must be a variable name: letters, digits and _, not starting with a digit",
+);
 const headerName = matching(HEADER_NAME, "a header name", "is not a valid header name");
-const headerValue = matching(/^[^\r\n\0]*$/, "a header value string", "a header value cannot contain line breaks or NUL");
+const headerValue = matching(
+  /^[^\r\n\0]*$/,
+  "a header value string",
+  "a header value cannot contain line breaks or NUL",
+);
 const settableHeaderName = headerName.refine(
   (name) => !RESERVED_HEADERS.has(name.toLowerCase()),
   "keybroker manages this header itself — remove it from headers.set",
@@ -180,7 +196,10 @@ const filePath = nonEmpty("a file path").refine(
 );
 
 const duration = z
-  .union([z.number(), z.string()], expect('a duration such as "60s", "5m" or "500ms", or a number of seconds'))
+  .union(
+    [z.number(), z.string()],
+    expect('a duration such as "60s", "5m" or "500ms", or a number of seconds'),
+  )
   .refine(
     (value) => parseDuration(value) !== undefined,
     'is not a duration — write "500ms", "60s", "5m", "1h", or a number of seconds',
@@ -188,7 +207,10 @@ const duration = z
 
 const byteSize = z
   .union([z.number(), z.string()], expect('a size such as "4MiB", or a number of bytes'))
-  .refine((value) => parseByteSize(value) !== undefined, 'is not a size — write "4MiB", "512KiB", or a number of bytes');
+  .refine(
+    (value) => parseByteSize(value) !== undefined,
+    'is not a size — write "4MiB", "512KiB", or a number of bytes',
+  );
 
 function isLoopbackUrlHost(hostname: string): boolean {
   return hostname === "localhost" || hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
@@ -216,7 +238,8 @@ export const upstreamSchema = parsedString("an https origin", (value) => {
   } catch {
     throw new Error('is not a URL — write an origin such as "https://api.example.com"');
   }
-  if (url.protocol !== "https:") throw new Error('must be an https:// origin such as "https://api.example.com"');
+  if (url.protocol !== "https:")
+    throw new Error('must be an https:// origin such as "https://api.example.com"');
   if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
   if (url.pathname !== "/" || url.search !== "" || url.hash !== "") {
     throw new Error(`must be an origin only, such as "${url.origin}" — no path, query or fragment`);
@@ -233,7 +256,8 @@ const listenSchema = z
   .union([z.string(), z.number()], expect('"host:port" or a port number'))
   .superRefine((value, ctx) => {
     if (typeof value === "number") {
-      if (!Number.isInteger(value) || value < 0 || value > 65535) ctx.addIssue("a port is a whole number 0-65535");
+      if (!Number.isInteger(value) || value < 0 || value > 65535)
+        ctx.addIssue("a port is a whole number 0-65535");
       return;
     }
     try {
@@ -248,7 +272,11 @@ const listenSchema = z
 
 const injectSchema = strict({
   header: oneOrMany(headerName, "a header name or a list of header names").optional(),
-  query: matching(/^[A-Za-z0-9._~-]+$/, "a query parameter name", "is not a valid query parameter name").optional(),
+  query: matching(
+    /^[A-Za-z0-9._~-]+$/,
+    "a query parameter name",
+    "is not a valid query parameter name",
+  ).optional(),
   basic: strict({ username: z.string(expect("a string")).optional() }).optional(),
   format: z
     .string(expect("a string"))
@@ -299,7 +327,9 @@ const policyRuleSchema = strict({
   approve: policyMatcherSchema.optional(),
 }).superRefine((rule, ctx) => {
   if ((rule.deny === undefined) === (rule.approve === undefined)) {
-    ctx.addIssue('a policy rule is either "deny: {method, path}" or "approve: {method, path}" — exactly one of them');
+    ctx.addIssue(
+      'a policy rule is either "deny: {method, path}" or "approve: {method, path}" — exactly one of them',
+    );
   }
 });
 
@@ -363,7 +393,10 @@ const infisicalSchema = strict({
 });
 
 const sourcesSchema = strict({
-  order: listOf(z.enum(["infisical", "dotenv", "env"]), "a list of sources (infisical, dotenv, env)").optional(),
+  order: listOf(
+    z.enum(["infisical", "dotenv", "env"]),
+    "a list of sources (infisical, dotenv, env)",
+  ).optional(),
   dotenv: filePath.optional(),
   infisical: infisicalSchema.optional(),
 });
@@ -401,15 +434,27 @@ export const ruleFileSchema = strict({
   upstream_ca: oneOrMany(filePath, "a file path or a list of file paths").nullish(),
   resolve: z.record(resolveKey, resolveTarget, expect('a map of "host:port" to "address:port"')).nullish(),
   sources: sourcesSchema.nullish(),
-  providers: z.record(providerId, providerSchema.nullable(), expect("a map of provider ids to providers")).nullish(),
-  fallbacks: z
-    .record(providerId, listOf(providerId, "a list of provider ids"), expect("a map of provider ids to lists"))
+  providers: z
+    .record(providerId, providerSchema.nullable(), expect("a map of provider ids to providers"))
     .nullish(),
-  clients: z.record(
-    matching(CLIENT_NAME, "a client name", "is not a valid client name — use letters, digits, '.', '_' or '-'"),
-    clientSchema.nullable(),
-    expect("a map of client names to clients"),
-  ).nullish(),
+  fallbacks: z
+    .record(
+      providerId,
+      listOf(providerId, "a list of provider ids"),
+      expect("a map of provider ids to lists"),
+    )
+    .nullish(),
+  clients: z
+    .record(
+      matching(
+        CLIENT_NAME,
+        "a client name",
+        "is not a valid client name — use letters, digits, '.', '_' or '-'",
+      ),
+      clientSchema.nullable(),
+      expect("a map of client names to clients"),
+    )
+    .nullish(),
   catalogue: z.boolean(expect("true or false")).optional(),
 });
 
@@ -424,7 +469,10 @@ export type SourcesInput = z.infer<typeof sourcesSchema>;
 // Issues → problems
 
 /** Flattens zod issues into one problem per thing to fix, picking the relevant union branch. */
-export function schemaProblems(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): PathProblem[] {
+export function schemaProblems(
+  issues: readonly z.core.$ZodIssue[],
+  prefix: readonly PropertyKey[] = [],
+): PathProblem[] {
   const out: PathProblem[] = [];
   for (const issue of issues) {
     const path = [...prefix, ...issue.path];
@@ -434,7 +482,9 @@ export function schemaProblems(issues: readonly z.core.$ZodIssue[], prefix: read
         const branch = issue.errors.find(
           (issues) =>
             issues.length > 0 &&
-            !issues.every((i) => i.path.length === 0 && (i.code === "invalid_type" || i.code === "invalid_value")),
+            !issues.every(
+              (i) => i.path.length === 0 && (i.code === "invalid_type" || i.code === "invalid_value"),
+            ),
         );
         if (branch) out.push(...schemaProblems(branch, path));
         else out.push({ path, message: issue.message });

@@ -5,7 +5,8 @@ const DURATION_UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 } as const;
 
 /** `"500ms"`, `"60s"`, `"5m"`, `"1h"`, or a number of seconds → milliseconds; undefined if invalid. */
 export function parseDuration(value: string | number): number | undefined {
-  if (typeof value === "number") return Number.isFinite(value) && value >= 0 ? Math.round(value * 1000) : undefined;
+  if (typeof value === "number")
+    return Number.isFinite(value) && value >= 0 ? Math.round(value * 1000) : undefined;
   const match = DURATION.exec(value.trim());
   if (!match) return undefined;
   const unit = match[2] as keyof typeof DURATION_UNIT_MS;

@@ -97,11 +97,19 @@ describe("embedded default catalogue", () => {
   });
 
   it("binds each host to exactly one provider", () => {
-    const probes = ["api.openai.com", "myres.openai.azure.com", "router.huggingface.co", "openrouter.ai", "api.x.ai"];
+    const probes = [
+      "api.openai.com",
+      "myres.openai.azure.com",
+      "router.huggingface.co",
+      "openrouter.ai",
+      "api.x.ai",
+    ];
     for (const host of probes) {
       const owners = rules.providers.filter((p) => p.hosts.some((h) => hostMatches(h, host, 443)));
       expect(owners, host).toHaveLength(1);
     }
-    expect(rules.providers.some((p) => p.hosts.some((h) => hostMatches(h, "openai.azure.com", 443)))).toBe(false);
+    expect(rules.providers.some((p) => p.hosts.some((h) => hostMatches(h, "openai.azure.com", 443)))).toBe(
+      false,
+    );
   });
 });

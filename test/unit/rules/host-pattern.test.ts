@@ -18,12 +18,20 @@ describe("normalizeHost", () => {
     expect(normalizeHost(input)).toBe(expected);
   });
 
-  it.each(["", ".", "a..b", "exa mple.com", "exa%mple.com", "api.openai.com:443", "[::1", "[nope]", "*.example.com", "a.b.c.256"])(
-    "rejects %j",
-    (input) => {
-      expect(() => normalizeHost(input)).toThrow();
-    },
-  );
+  it.each([
+    "",
+    ".",
+    "a..b",
+    "exa mple.com",
+    "exa%mple.com",
+    "api.openai.com:443",
+    "[::1",
+    "[nope]",
+    "*.example.com",
+    "a.b.c.256",
+  ])("rejects %j", (input) => {
+    expect(() => normalizeHost(input)).toThrow();
+  });
 });
 
 describe("parseHostPattern", () => {
@@ -43,10 +51,17 @@ describe("parseHostPattern", () => {
       wildcard: true,
       port: 443,
     });
-    expect(parseHostPattern("*.example.com:8443")).toMatchObject({ host: "example.com", wildcard: true, port: 8443 });
+    expect(parseHostPattern("*.example.com:8443")).toMatchObject({
+      host: "example.com",
+      wildcard: true,
+      port: 8443,
+    });
     expect(parseHostPattern("[::1]:9443")).toMatchObject({ host: "::1", wildcard: false, port: 9443 });
     expect(parseHostPattern("::1")).toMatchObject({ host: "::1", port: 443 });
-    expect(parseHostPattern("*.Bücher.example")).toMatchObject({ host: "xn--bcher-kva.example", wildcard: true });
+    expect(parseHostPattern("*.Bücher.example")).toMatchObject({
+      host: "xn--bcher-kva.example",
+      wildcard: true,
+    });
     expect(parseHostPattern("api.openai.com.")).toMatchObject({ host: "api.openai.com" });
   });
 

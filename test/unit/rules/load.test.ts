@@ -137,7 +137,9 @@ describe("rule file errors", () => {
 
   it("never repeats a credential value in a message", () => {
     const secret = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789";
-    const err = failure(`providers:\n  openai:\n    credentials: ["${secret}"]\n    headers: { set: { x-a: 5 } }\n`);
+    const err = failure(
+      `providers:\n  openai:\n    credentials: ["${secret}"]\n    headers: { set: { x-a: 5 } }\n`,
+    );
     expect(err.message).not.toContain(secret);
     expect(err.problems[0]).toMatchObject({ path: "providers.openai.credentials[0]" });
     expect(err.problems[0]?.message).toContain(
@@ -162,7 +164,15 @@ describe("rule file errors", () => {
   });
 
   it("accepts every credential reference form", () => {
-    const refs = ["NAME_1", "env:A", "dotenv:B", "file:/run/x", "infisical:/llm/C", "infisical:/D", "cmd:pass show x"];
+    const refs = [
+      "NAME_1",
+      "env:A",
+      "dotenv:B",
+      "file:/run/x",
+      "infisical:/llm/C",
+      "infisical:/D",
+      "cmd:pass show x",
+    ];
     const rules = parse(`providers:\n  openai:\n    credentials: ${JSON.stringify(refs)}\n`);
     expect(provider(rules, "openai").credentials).toEqual(refs);
   });
@@ -174,13 +184,17 @@ describe("cross-checks", () => {
       "providers:\n  a: { hosts: [api.example.com] }\n  b: { hosts: [API.Example.com.] }\n  c: { hosts: [api.openai.com] }\n",
     );
     expect(found.map((p) => p.path)).toEqual(["providers.b.hosts[0]", "providers.c.hosts[0]"]);
-    expect(found[0]?.message).toBe('"API.Example.com." is already bound to provider a; a host belongs to one provider');
+    expect(found[0]?.message).toBe(
+      '"API.Example.com." is already bound to provider a; a host belongs to one provider',
+    );
     expect(found[1]?.message).toContain("provider openai (embedded default catalogue)");
     expect(found[1]?.message).toContain('name this provider "openai"');
   });
 
   it("allows the same host on another port", () => {
-    const rules = parse("providers:\n  a: { hosts: [api.example.com] }\n  b: { hosts: [api.example.com:8443] }\n");
+    const rules = parse(
+      "providers:\n  a: { hosts: [api.example.com] }\n  b: { hosts: [api.example.com:8443] }\n",
+    );
     expect(provider(rules, "b").hosts[0]?.port).toBe(8443);
   });
 
@@ -226,8 +240,13 @@ describe("cross-checks", () => {
   });
 
   it("checks the placeholder variable is not shared", () => {
-    expect(problems("providers:\n  my-openai: { hosts: [x.example.com], placeholder: { env: OPENAI_API_KEY } }\n")).toMatchObject([
-      { path: "providers.my-openai.placeholder.env", message: expect.stringContaining("OPENAI_API_KEY is already set") },
+    expect(
+      problems("providers:\n  my-openai: { hosts: [x.example.com], placeholder: { env: OPENAI_API_KEY } }\n"),
+    ).toMatchObject([
+      {
+        path: "providers.my-openai.placeholder.env",
+        message: expect.stringContaining("OPENAI_API_KEY is already set"),
+      },
     ]);
   });
 
@@ -242,7 +261,9 @@ describe("cross-checks", () => {
     expect(failure("listen: 0.0.0.0:8899\n").message).toContain(
       "listen: binding 0.0.0.0:8899 requires client tokens (SPEC §3.5) — add clients.<name>.token",
     );
-    expect(problems("listen: 192.168.1.5:8899\nclients: { a: { token: TA }, b: { providers: '*' } }\n")).toEqual([
+    expect(
+      problems("listen: 192.168.1.5:8899\nclients: { a: { token: TA }, b: { providers: '*' } }\n"),
+    ).toEqual([
       {
         path: "listen",
         message: "binding 192.168.1.5:8899 requires client tokens (SPEC §3.5) — add clients.b.token",
@@ -253,7 +274,9 @@ describe("cross-checks", () => {
   });
 
   it("accepts a non-loopback listen address when every client has a token", () => {
-    const rules = parse("listen: 0.0.0.0:8899\nclients: { a: { token: env:TA }, b: { token: TB, role: owner } }\n");
+    const rules = parse(
+      "listen: 0.0.0.0:8899\nclients: { a: { token: env:TA }, b: { token: TB, role: owner } }\n",
+    );
     expect(rules.listen).toEqual({ host: "0.0.0.0", port: 8899 });
     expect(rules.clients.map((c) => c.token)).toEqual(["env:TA", "TB"]);
   });
@@ -303,7 +326,9 @@ describe("compiling", () => {
   });
 
   it("fills defaults for a provider of the file", () => {
-    const rules = parse("providers:\n  my-llm: { hosts: [llm.example.com] }\n  other: { hosts: [o.example.com], inject: { header: X-Key } }\n");
+    const rules = parse(
+      "providers:\n  my-llm: { hosts: [llm.example.com] }\n  other: { hosts: [o.example.com], inject: { header: X-Key } }\n",
+    );
     expect(provider(rules, "my-llm")).toEqual({
       id: "my-llm",
       hosts: [{ source: "llm.example.com", host: "llm.example.com", wildcard: false, port: 443 }],
@@ -368,7 +393,12 @@ describe("compiling", () => {
     );
     const github = provider(rules, "github");
     expect(github.inject).toEqual({ headers: [], basic: { username: "x-access-token" } });
-    expect(github.pool).toEqual({ strategy: "least_used", affinity: "client", retryBodyLimit: 1024 * 1024, cooldownMs: 90_000 });
+    expect(github.pool).toEqual({
+      strategy: "least_used",
+      affinity: "client",
+      retryBodyLimit: 1024 * 1024,
+      cooldownMs: 90_000,
+    });
     expect(github.headers).toEqual({ set: { "user-agent": "a/1" }, remove: ["x-stainless-os"] });
     expect(github.policy).toEqual([
       { action: "deny", methods: ["DELETE"], paths: ["/repos/**"] },
@@ -420,9 +450,17 @@ describe("compiling", () => {
       ].join("\n"),
     );
     const home = homedir();
-    expect(rules.upstreamCa).toEqual([`${BASE}/corp-root.pem`, join(home, "certs/extra.pem"), "/abs/root.pem"]);
+    expect(rules.upstreamCa).toEqual([
+      `${BASE}/corp-root.pem`,
+      join(home, "certs/extra.pem"),
+      "/abs/root.pem",
+    ]);
     expect(rules.sources.dotenv).toBe("/etc/secrets/.env");
-    expect(provider(rules, "openai").credentials).toEqual([`file:${BASE}/keys/openai`, `file:${join(home, "k")}`, "file:/run/x"]);
+    expect(provider(rules, "openai").credentials).toEqual([
+      `file:${BASE}/keys/openai`,
+      `file:${join(home, "k")}`,
+      "file:/run/x",
+    ]);
     expect(provider(rules, "vertex").auth).toEqual({
       kind: "google_service_account",
       key: `file:${join(home, "keys/vertex-sa.json")}`,
@@ -465,7 +503,9 @@ describe("compiling", () => {
     [30, 30_000],
     ["1.5s", 1500],
   ])("reads the duration %j", (ttl, ms) => {
-    const rules = parse(`sources:\n  infisical: { project_id: p, environment: e, ttl: ${JSON.stringify(ttl)} }\n`);
+    const rules = parse(
+      `sources:\n  infisical: { project_id: p, environment: e, ttl: ${JSON.stringify(ttl)} }\n`,
+    );
     expect(rules.sources.infisical?.ttlMs).toBe(ms);
   });
 
@@ -485,7 +525,10 @@ describe("the SPEC §4 example", () => {
     expect(rules.sources.order).toEqual(["infisical", "dotenv", "env"]);
     expect(rules.sources.infisical).toMatchObject({ environment: "prod", path: "/agents", ttlMs: 60_000 });
     expect(provider(rules, "openai").headers.set).toEqual({ "user-agent": "my-agent/1.0" });
-    expect(provider(rules, "anthropic").credentials).toEqual(["infisical:/llm/ANTHROPIC_API_KEY", "file:/run/secrets/anthropic"]);
+    expect(provider(rules, "anthropic").credentials).toEqual([
+      "infisical:/llm/ANTHROPIC_API_KEY",
+      "file:/run/secrets/anthropic",
+    ]);
     expect(provider(rules, "github").policy).toHaveLength(2);
     expect(provider(rules, "vertex")).toMatchObject({ mount: "/p/vertex", hosts: [], credentials: [] });
     expect(provider(rules, "bedrock").auth?.kind).toBe("aws_sigv4");
@@ -519,7 +562,8 @@ describe("finding and loading the rule file", () => {
   it("looks at --config, $KEYBROKER_CONFIG, ./keybroker.yaml, then the home", () => {
     const named = join(dir, "named.yaml");
     const fromEnv = join(dir, "env.yaml");
-    for (const f of [named, fromEnv, join(cwd, "keybroker.yaml"), join(home, "keybroker.yaml")]) writeFileSync(f, "");
+    for (const f of [named, fromEnv, join(cwd, "keybroker.yaml"), join(home, "keybroker.yaml")])
+      writeFileSync(f, "");
     const env = { KEYBROKER_CONFIG: fromEnv };
     expect(findRuleFile({ config: "../named.yaml", env, cwd, home })).toBe(named);
     expect(findRuleFile({ env, cwd, home })).toBe(fromEnv);
