@@ -1,8 +1,10 @@
 // One request's state as it moves through the pipeline.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { PoolState } from "../secrets/pool.js";
 import type { Secret } from "../secrets/secret.js";
 import type { HeaderList } from "./headers.js";
 import type { ClientState, ProviderState, Runtime } from "./runtime.js";
+import type { Sites } from "./stages/inject.js";
 
 /**
  * - intercept: HTTPS terminated by keybroker after a CONNECT.
@@ -18,8 +20,8 @@ export interface Exchange {
   readonly rt: Runtime;
   readonly client: ClientState;
   /** Target host (normalized) and port the request is bound for. */
-  readonly host: string;
-  readonly port: number;
+  host: string;
+  port: number;
   readonly scheme: "https" | "http";
   /** SNI the client sent, for intercepted requests. */
   readonly sni: string | undefined;
@@ -35,6 +37,16 @@ export interface Exchange {
   /** The client's placeholder for the matched provider. */
   placeholder: string | undefined;
   readonly startedAt: number;
+  /** Credential pools' state, shared by every request and kept across reloads. */
+  readonly pools: PoolState;
+  /** Set when the request gets a credential: the request as sent, and where it goes. */
+  injection: { headers: string[]; path: string; sites: Sites | undefined } | undefined;
+  /** The request body, read ahead when it may have to be sent again on another credential. */
+  body: Buffer | undefined;
+  /** Reverse mode: the path after the mount, for re-targeting at a fallback provider. */
+  readonly reverseRest: string | undefined;
+  /** Credential ids already tried for this request. */
+  readonly tried: Set<string>;
 }
 
 export function originOf(x: Exchange): string {

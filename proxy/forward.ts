@@ -63,10 +63,35 @@ export function upstreamError(err: unknown, x: Exchange): BrokerError {
   );
 }
 
+/** A response kept back from the client while keybroker decides whether to retry it. */
+export interface HeldResponse {
+  readonly status: number;
+  readonly statusMessage: string;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: Buffer;
+}
+
 export interface ForwardResult {
   status: number;
   bytesIn: number;
   bytesOut: number;
+  /** Set when `hold` kept the whole (small) response back. */
+  held?: HeldResponse;
+}
+
+export interface ForwardOptions {
+  /** Keep back responses whose status this approves, up to HOLD_LIMIT bytes of body. */
+  readonly hold?: (status: number) => boolean;
+}
+
+/** Error bodies are small; a larger one streams through undecided. */
+export const HOLD_LIMIT = 64 * 1024;
+
+export function emitHeld(x: Exchange, held: HeldResponse): void {
+  const headers = forwardableResponseHeaders(held.headers);
+  headers["content-length"] = String(held.body.length);
+  x.res.writeHead(held.status, held.statusMessage, headers);
+  x.res.end(held.body);
 }
 
 function hasBody(x: Exchange): boolean {
@@ -80,7 +105,7 @@ function hasBody(x: Exchange): boolean {
  * Forwards the exchange. Resolves when the response has been fully written (or the exchange
  * ended early); rejects with a BrokerError only when nothing has been sent to the client yet.
  */
-export function forward(agent: Agent, x: Exchange): Promise<ForwardResult> {
+export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): Promise<ForwardResult> {
   return new Promise((resolve, reject) => {
     const { req, res } = x;
     const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
@@ -113,8 +138,24 @@ export function forward(agent: Agent, x: Exchange): Promise<ForwardResult> {
 
     // The request body streams straight into undici, which pauses it for backpressure. Adding
     // a 'data' listener here would switch it to flowing mode and lose chunks.
-    const body = hasBody(x) ? req : null;
+    const body = x.body ?? (hasBody(x) ? req : null);
     result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
+    let hold:
+      | {
+          status: number;
+          statusMessage: string;
+          headers: IncomingHttpHeaders;
+          chunks: Buffer[];
+          size: number;
+        }
+      | undefined;
+    const release = () => {
+      // The held part grew too large to be an error body: send it and stream the rest.
+      const h = hold!;
+      hold = undefined;
+      res.writeHead(h.status, h.statusMessage, forwardableResponseHeaders(h.headers));
+      for (const chunk of h.chunks) res.write(chunk);
+    };
 
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
@@ -128,6 +169,10 @@ export function forward(agent: Agent, x: Exchange): Promise<ForwardResult> {
           c.abort(new Error("client closed the connection"));
           return;
         }
+        if (opts.hold?.(statusCode)) {
+          hold = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
+          return;
+        }
         res.writeHead(statusCode, statusMessage ?? "", forwardableResponseHeaders(headers));
         // An event stream's head goes out at once; other heads ride with the first body bytes
         // (one socket write instead of two).
@@ -135,9 +180,29 @@ export function forward(agent: Agent, x: Exchange): Promise<ForwardResult> {
       },
       onResponseData(c, chunk: Buffer) {
         result.bytesIn += chunk.length;
+        if (hold !== undefined) {
+          hold.chunks.push(chunk);
+          hold.size += chunk.length;
+          if (hold.size <= HOLD_LIMIT) return;
+          release();
+          return;
+        }
         if (!res.write(chunk)) c.pause();
       },
       onResponseEnd() {
+        if (hold !== undefined) {
+          result.held = {
+            status: hold.status,
+            statusMessage: hold.statusMessage,
+            headers: hold.headers,
+            body: Buffer.concat(hold.chunks),
+          };
+          hold = undefined;
+          res.off("close", onClose);
+          res.off("drain", onDrain);
+          finish();
+          return;
+        }
         res.end();
         res.once("finish", finish);
       },

@@ -1,14 +1,16 @@
 // The request pipeline, in order. Each stage is a small function of the exchange; a stage that
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
-//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → inject
-//   → applyHeaderRules → forward
+//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → planInjection
+//   → bufferReplayableBody → pickCredential → applyHeaderRules
+//   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
 import type { Exchange } from "./exchange.js";
 import { applyPolicy } from "./stages/apply-policy.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
-import { applyHeaderRules, createInjectStage } from "./stages/inject.js";
+import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
+import { bufferReplayableBody, pickCredential } from "./stages/pick-credential.js";
 
 export type Stage = (x: Exchange) => void | Promise<void>;
 
@@ -22,7 +24,9 @@ export function requestStages(log: Logger): readonly Stage[] {
     checkHostBinding,
     checkPlaceholders,
     applyPolicy,
-    createInjectStage(log),
+    createPlanInjection(log),
+    bufferReplayableBody,
+    pickCredential,
     applyHeaderRules,
   ];
 }

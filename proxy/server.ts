@@ -13,10 +13,12 @@ import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { Rules } from "../rules/types.js";
+import { PoolState } from "../secrets/pool.js";
 import { createSecretResolver } from "../secrets/sources.js";
+import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
+import { fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
-import { forward } from "./forward.js";
 import { forwardableRequestHeaders } from "./headers.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
@@ -89,6 +91,8 @@ export class Broker {
   readonly #sockets = new Set<Socket>();
   readonly #stages: readonly Stage[];
   readonly #opts: BrokerOptions;
+  readonly #adminToken: string;
+  readonly pools: PoolState;
   #address: BrokerAddress | undefined;
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
@@ -101,6 +105,8 @@ export class Broker {
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
     this.#stages = requestStages(opts.log);
+    this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
+    this.#adminToken = loadOrCreateAdminToken(opts.home);
     const serverOptions = { headersTimeout: 60_000, requestTimeout: 0, keepAliveTimeout: 60_000 };
     this.#outer = createServer(serverOptions, (req, res) => this.#onOuterRequest(req, res));
     this.#inner = createServer(serverOptions, (req, res) => this.#onInterceptedRequest(req, res));
@@ -212,6 +218,7 @@ export class Broker {
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#agent.destroy().catch(() => {});
+    this.pools.flush();
     if (this.#opts.advertise) {
       const { rmSync } = await import("node:fs");
       rmSync(join(this.home, "broker.json"), { force: true });
@@ -307,6 +314,10 @@ export class Broker {
     const url = req.url ?? "/";
     try {
       if (url.startsWith("/")) {
+        if (url.startsWith(ADMIN_PREFIX)) {
+          void handleAdmin(this, this.#adminToken, req, res);
+          return;
+        }
         if (url === HEALTH_PATH) {
           const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
           res.writeHead(200, {
@@ -326,8 +337,8 @@ export class Broker {
         const upstream = new URL(mounted.provider.rule.upstream!);
         const port = Number(upstream.port) || 443;
         const base = upstream.pathname.replace(/\/$/, "");
-        const rest = url.slice(mounted.provider.rule.mount!.length) || "/";
-        const path = base + (rest.startsWith("/") ? rest : "/" + rest);
+        const after = url.slice(mounted.provider.rule.mount!.length);
+        const rest = after.startsWith("/") ? after : "/" + after;
         void this.#handle(
           req,
           res,
@@ -336,9 +347,10 @@ export class Broker {
           normalizeHost(upstream.hostname),
           port,
           "https",
-          path,
+          base + rest,
           undefined,
           mounted.provider,
+          rest,
         );
         return;
       }
@@ -382,6 +394,7 @@ export class Broker {
     path: string,
     sni: string | undefined,
     provider?: ProviderState,
+    reverseRest?: string,
   ): Promise<void> {
     const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
     if (mode === "reverse") {
@@ -406,10 +419,21 @@ export class Broker {
       placeholder: undefined,
       placeholderSeenAt: [],
       startedAt: performance.now(),
+      pools: this.pools,
+      injection: undefined,
+      body: undefined,
+      reverseRest,
+      tried: new Set(),
     };
+    const onEvent = (e: PoolEvent) => this.#onPoolEvent(x, e);
     try {
-      await runStages(this.#stages, x);
-      await forward(this.#agent, x);
+      try {
+        await runStages(this.#stages, x);
+      } catch (err) {
+        if (!(err instanceof BrokerError) || !(await fallBackBeforeSending(x, err, this.log, onEvent)))
+          throw err;
+      }
+      await forwardWithPool(x, this.#agent, this.log, onEvent);
     } catch (err) {
       if (err instanceof BrokerError) {
         this.#logRefusal(x, err);
@@ -420,6 +444,16 @@ export class Broker {
       }
       req.resume();
     }
+  }
+
+  /** Called by the admin API after `auth reset`. */
+  onReset(provider: string, cleared: readonly string[]): void {
+    this.log.info({ provider, cleared }, "pool marks reset");
+  }
+
+  #onPoolEvent(_x: Exchange, e: PoolEvent): void {
+    if (e.decision !== "marked")
+      this.log.info({ provider: e.provider, credential: e.credential }, `${e.decision}: ${e.detail}`);
   }
 
   #logRefusal(x: Exchange, err: BrokerError): void {

@@ -30,7 +30,10 @@ export const CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.freeze(
     inject: { header: ["x-api-key", "authorization"] },
     placeholder: { env: "ANTHROPIC_API_KEY", prefix: "sk-ant-kb-" },
   }),
-  openrouter: api("openrouter", "https://openrouter.ai", "OPENROUTER_API_KEY"),
+  // OpenRouter serves the OpenAI API shape under /api, so /p/openrouter/v1/... works like /p/openai.
+  openrouter: api("openrouter", "https://openrouter.ai/api", "OPENROUTER_API_KEY", {
+    hosts: ["openrouter.ai"],
+  }),
   gemini: api("gemini", "https://generativelanguage.googleapis.com", "GEMINI_API_KEY", {
     inject: { header: "x-goog-api-key", query: "key" },
     credentials: ["GEMINI_API_KEY", "GOOGLE_API_KEY"],

@@ -144,7 +144,7 @@ function compileProvider(
   const cooldownMs = pool.cooldown === undefined ? undefined : parseDuration(pool.cooldown);
 
   const mount = effectiveMount(id, input.mount, input.upstream);
-  const upstream = input.upstream === undefined ? undefined : new URL(input.upstream).origin;
+  const upstream = input.upstream === undefined ? undefined : input.upstream.replace(/\/+$/, "");
   const auth = compileAuth(input.auth, ctx);
   const oauth = input.oauth;
 

@@ -230,7 +230,7 @@ const endpointUrl = parsedString("a URL", (value) => {
   throw new Error("must be an https:// URL (http:// is accepted only for 127.0.0.1, ::1 and localhost)");
 });
 
-/** A reverse-mode upstream: an https origin, nothing after the host and port. */
+/** A reverse-mode upstream: an https origin with an optional base path (no query or fragment). */
 export const upstreamSchema = parsedString("an https origin", (value) => {
   let url: URL;
   try {
@@ -241,8 +241,10 @@ export const upstreamSchema = parsedString("an https origin", (value) => {
   if (url.protocol !== "https:")
     throw new Error('must be an https:// origin such as "https://api.example.com"');
   if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
-  if (url.pathname !== "/" || url.search !== "" || url.hash !== "") {
-    throw new Error(`must be an origin only, such as "${url.origin}" — no path, query or fragment`);
+  if (url.search !== "" || url.hash !== "") {
+    throw new Error(
+      `must be an origin with an optional base path, such as "${url.origin}/v1" — no query or fragment`,
+    );
   }
 });
 

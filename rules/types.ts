@@ -94,7 +94,7 @@ export interface ProviderRule {
   readonly policy: readonly PolicyRule[];
   /** Reverse endpoint, e.g. `/p/vertex` (no trailing slash). */
   readonly mount?: string;
-  /** Upstream origin for reverse mode, e.g. `https://api.openai.com`. */
+  /** Upstream for reverse mode: an origin with an optional base path, e.g. `https://openrouter.ai/api`. */
   readonly upstream?: string;
   readonly auth?: ProviderAuth;
   readonly oauth?: OAuthSpec;

@@ -3,13 +3,12 @@
 // inside the decoded Basic credentials. Reverse mode sets the header itself (`inject.format`).
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
 import { setHeader } from "../headers.js";
 
 /** Where the placeholder sits in this request; undefined when it is nowhere to inject. */
-interface Sites {
+export interface Sites {
   headers: number[];
   basic: number | undefined;
   query: boolean;
@@ -64,30 +63,6 @@ function safeDecode(s: string): string {
   }
 }
 
-/** The first credential of the pool that resolves. */
-export async function pickCredential(x: Exchange): Promise<Secret> {
-  const provider = x.provider!;
-  const reasons: string[] = [];
-  for (const ref of provider.rule.credentials) {
-    const cached = x.rt.resolver.peek(ref);
-    if (cached !== undefined) return cached;
-    const resolution = await x.rt.resolver.resolve(ref);
-    if (resolution.secret !== undefined) return resolution.secret;
-    reasons.push(`${ref} (${describeAttempts(resolution.attempts)})`);
-  }
-  const id = provider.rule.id;
-  throw new BrokerError(
-    "credential_unavailable",
-    provider.rule.credentials.length === 0
-      ? `provider "${id}" has no credentials configured`
-      : `no credential of provider "${id}" has a value: ${reasons.join("; ")}`,
-    {
-      provider: id,
-      hint: `set ${provider.rule.credentials[0] ?? `providers.${id}.credentials`} and run keybroker check`,
-    },
-  );
-}
-
 function assertClientMayUse(x: Exchange): void {
   const id = x.provider!.rule.id;
   if (!x.rt.clientAllows(x.client, id)) {
@@ -102,53 +77,68 @@ function assertClientMayUse(x: Exchange): void {
   }
 }
 
-export function createInjectStage(log: Logger) {
-  return async function inject(x: Exchange): Promise<void> {
+/**
+ * Writes `secret` into the request: the placeholder at the found sites (intercept), or the
+ * provider's header(s) built with `inject.format` (reverse). Starts from the request as the
+ * client sent it, so a retry on another credential leaves no trace of the first.
+ */
+export function applyCredential(x: Exchange, secret: Secret): void {
+  const plan = x.injection!;
+  const rule = x.provider!.rule;
+  const value = secret.reveal();
+  x.headers.length = 0;
+  x.headers.push(...plan.headers);
+  x.path = plan.path;
+  x.secret = secret;
+  if (plan.sites === undefined) {
+    for (const name of rule.inject.headers) {
+      const format = rule.inject.format ?? (name === "authorization" ? "Bearer {secret}" : "{secret}");
+      setHeader(x.headers, name, format.replaceAll("{secret}", value));
+    }
+    if (rule.inject.query !== undefined && queryValue(x.path, rule.inject.query) !== undefined) {
+      x.path = rewriteQuery(x.path, rule.inject.query, () => value);
+    }
+    return;
+  }
+  const placeholder = x.placeholder!;
+  for (const i of plan.sites.headers) x.headers[i] = x.headers[i]!.replaceAll(placeholder, value);
+  if (plan.sites.basic !== undefined) {
+    const decoded = Buffer.from(x.headers[plan.sites.basic]!.slice(6).trim(), "base64").toString("utf8");
+    x.headers[plan.sites.basic] =
+      "Basic " + Buffer.from(decoded.replaceAll(placeholder, value)).toString("base64");
+  }
+  if (plan.sites.query)
+    x.path = rewriteQuery(x.path, rule.inject.query!, (old) => old.replaceAll(placeholder, value));
+}
+
+/**
+ * Decides whether this request gets a credential: in reverse mode always, when intercepted only
+ * if the client's placeholder sits at one of the provider's injection points.
+ */
+export function createPlanInjection(log: Logger) {
+  return function planInjection(x: Exchange): void {
     const provider = x.provider;
     if (provider === undefined || x.mode === "plain") return;
     const placeholder = x.rt.placeholders.get(x.client.rule.name, provider.rule.id);
     if (placeholder === undefined) return;
     x.placeholder = placeholder;
-    const rule = provider.rule;
-
     if (x.mode === "reverse") {
-      // The client sent a dummy key or nothing: keybroker sets the credential itself.
       assertClientMayUse(x);
-      const secret = await pickCredential(x);
-      x.secret = secret;
-      const value = secret.reveal();
-      for (const name of rule.inject.headers) {
-        const format = rule.inject.format ?? (name === "authorization" ? "Bearer {secret}" : "{secret}");
-        setHeader(x.headers, name, format.replaceAll("{secret}", value));
-      }
-      if (rule.inject.query !== undefined && queryValue(x.path, rule.inject.query) !== undefined) {
-        x.path = rewriteQuery(x.path, rule.inject.query, () => value);
-      }
+      x.injection = { headers: [...x.headers], path: x.path, sites: undefined };
       return;
     }
-
     const sites = findSites(x, placeholder);
     if (sites === undefined) {
       if (x.placeholderSeenAt.length > 0) {
         log.warn(
-          { provider: rule.id, host: x.host, where: x.placeholderSeenAt },
+          { provider: provider.rule.id, host: x.host, where: x.placeholderSeenAt },
           "placeholder outside the provider's injection points: left alone",
         );
       }
       return;
     }
     assertClientMayUse(x);
-    const secret = await pickCredential(x);
-    x.secret = secret;
-    const value = secret.reveal();
-    for (const i of sites.headers) x.headers[i] = x.headers[i]!.replaceAll(placeholder, value);
-    if (sites.basic !== undefined) {
-      const decoded = Buffer.from(x.headers[sites.basic]!.slice(6).trim(), "base64").toString("utf8");
-      x.headers[sites.basic] =
-        "Basic " + Buffer.from(decoded.replaceAll(placeholder, value)).toString("base64");
-    }
-    if (sites.query)
-      x.path = rewriteQuery(x.path, rule.inject.query!, (old) => old.replaceAll(placeholder, value));
+    x.injection = { headers: [...x.headers], path: x.path, sites };
   };
 }
 

@@ -52,9 +52,16 @@ providers:
 ${extra}`;
 }
 
-export async function startFixture(
-  opts: { extraRules?: string; rules?: (u: FakeUpstream) => string } = {},
-): Promise<Fixture> {
+export interface FixtureOptions {
+  readonly extraRules?: string;
+  readonly rules?: (u: FakeUpstream) => string;
+  /** More variables for the broker's environment (more real keys). */
+  readonly env?: Record<string, string>;
+  /** Files to place in the home before the broker starts. */
+  readonly prepareHome?: (home: string) => void;
+}
+
+export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> {
   const upstream = await startUpstream();
   const home = tempHome();
   const dir = tempHome();
@@ -64,19 +71,21 @@ export async function startFixture(
     ANTHROPIC_API_KEY: REAL_ANTHROPIC,
     GEMINI_API_KEY: REAL_GEMINI,
     GITHUB_TOKEN: REAL_GITHUB,
+    ...opts.env,
   };
+  opts.prepareHome?.(home);
   const broker = await startBroker({ home, config, env });
   const { cliAsync } = await import("./broker.js");
-  const cache = new Map<string, Record<string, string>>();
+  const cache = new Map<string, Promise<Record<string, string>>>();
   return {
     upstream,
     broker,
     home,
     dir,
     async placeholder(provider: string, client = "default") {
-      let vars = cache.get(client);
-      if (vars === undefined) {
-        const r = await cliAsync([
+      let pending = cache.get(client);
+      if (pending === undefined) {
+        pending = cliAsync([
           "env",
           "--home",
           home,
@@ -86,11 +95,13 @@ export async function startFixture(
           client,
           "--format",
           "json",
-        ]);
-        if (r.status !== 0) throw new Error(`keybroker env failed: ${r.stderr}`);
-        vars = JSON.parse(r.stdout) as Record<string, string>;
-        cache.set(client, vars);
+        ]).then((r) => {
+          if (r.status !== 0) throw new Error(`keybroker env failed: ${r.stderr}`);
+          return JSON.parse(r.stdout) as Record<string, string>;
+        });
+        cache.set(client, pending);
       }
+      const vars = await pending;
       const name = {
         openai: "OPENAI_API_KEY",
         anthropic: "ANTHROPIC_API_KEY",
@@ -102,7 +113,7 @@ export async function startFixture(
         throw new Error(`no placeholder for ${provider} in ${JSON.stringify(Object.keys(vars))}`);
       return value;
     },
-    leaks: () => findSecrets(ALL_REAL, [home, join(dir)]),
+    leaks: () => findSecrets([...ALL_REAL, ...Object.values(opts.env ?? {})], [home, join(dir)]),
     async close() {
       await broker.stop();
       await upstream.close();

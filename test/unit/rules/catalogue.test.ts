@@ -49,7 +49,7 @@ describe("embedded default catalogue", () => {
     for (const provider of rules.providers) {
       if (provider.id === "azure-openai") continue;
       expect(provider.mount).toBe(`/p/${provider.id}`);
-      expect(provider.upstream).toMatch(/^https:\/\/[a-z0-9.-]+$/);
+      expect(provider.upstream).toMatch(/^https:\/\/[a-z0-9.-]+(\/[a-z0-9._-]+)*$/);
     }
   });
 

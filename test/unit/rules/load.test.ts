@@ -214,7 +214,7 @@ describe("cross-checks", () => {
         "  a: { mount: /a, upstream: https://a.example.com }",
         "  b: { mount: /p/openai, upstream: https://b.example.com }",
         "  c: { upstream: http://c.example.com }",
-        "  d: { mount: /p/d, upstream: https://d.example.com/v1 }",
+        "  d: { mount: /p/d, upstream: https://d.example.com/v1?x=1 }",
         "  e: { mount: /p/shared, upstream: https://e.example.com }",
         "  f: { mount: /p/shared/, upstream: https://f.example.com }",
       ].join("\n"),
@@ -223,7 +223,7 @@ describe("cross-checks", () => {
       'providers.a.mount: must be "/p/<name>" (one path segment after /p/)',
       expect.stringMatching(/^providers\.b\.mount: mount \/p\/openai is already used by provider openai/),
       'providers.c.upstream: must be an https:// origin such as "https://api.example.com"',
-      'providers.d.upstream: must be an origin only, such as "https://d.example.com" — no path, query or fragment',
+      'providers.d.upstream: must be an origin with an optional base path, such as "https://d.example.com/v1" — no query or fragment',
       "providers.f.mount: mount /p/shared is already used by provider e — choose another mount",
     ]);
   });

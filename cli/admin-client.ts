@@ -1,0 +1,36 @@
+// Talks to the running broker's admin API with the home's admin token.
+import { readFileSync } from "node:fs";
+import { UserError } from "../core/errors.js";
+import { adminTokenPath } from "../proxy/admin.js";
+import type { RunningBroker } from "./context.js";
+
+export async function adminRequest<T>(
+  home: string,
+  broker: RunningBroker,
+  method: "GET" | "POST",
+  action: string,
+  body?: unknown,
+): Promise<T> {
+  let token: string;
+  try {
+    token = readFileSync(adminTokenPath(home), "utf8").trim();
+  } catch {
+    throw new UserError(
+      `cannot read ${adminTokenPath(home)}: run this command as the user that runs the broker`,
+    );
+  }
+  const res = await fetch(`${broker.url}/__keybroker/admin/${action}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const answer = (await res.json()) as T & { error?: { message: string; hint?: string } };
+  if (!res.ok) {
+    const e = answer.error;
+    throw new UserError(
+      e ? `${e.message}${e.hint ? ` (${e.hint})` : ""}` : `the broker answered ${res.status}`,
+    );
+  }
+  return answer;
+}

@@ -1,0 +1,54 @@
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
+import { Runtime } from "../../proxy/runtime.js";
+import { formatStatus, providerStatuses, type StatusReport } from "../../proxy/status.js";
+import { readPoolState } from "../../secrets/pool.js";
+import { createSecretResolver } from "../../secrets/sources.js";
+import { adminRequest } from "../admin-client.js";
+import { COMMON_HELP, parse } from "../args.js";
+import type { Command } from "../command.js";
+import { createContext, findRunningBroker, readRules } from "../context.js";
+
+export const status: Command = {
+  name: "status",
+  summary: "is the broker running; each provider's credentials and their state",
+  help: `Usage: keybroker status [--json] [--config FILE] [--home DIR]
+
+Shows whether a broker is running for this home, its address and CA fingerprint, and for each
+provider its credentials: id, source, fingerprint (never the value), state (ok,
+usage_limit_reached, invalid, missing), reset time and request count. Without a running broker
+it resolves the credentials here and shows the saved pool state.
+
+  --json           machine-readable output
+
+${COMMON_HELP}`,
+  async run(argv) {
+    const { values } = parse(argv, { json: { type: "boolean" } });
+    const ctx = createContext(values);
+    const running = await findRunningBroker(ctx.home);
+    let report: StatusReport;
+    if (running !== undefined) {
+      report = await adminRequest<StatusReport>(ctx.home, running, "GET", "status");
+    } else {
+      const { rules } = readRules(ctx, values.config);
+      const ca = loadOrCreateCa(ctx.home);
+      const resolver = createSecretResolver(rules, {
+        env: ctx.env,
+        home: ctx.home,
+        cwd: ctx.cwd,
+        warn: () => {},
+      });
+      const rt = await Runtime.build(rules, resolver, homeKey(ctx.home));
+      report = {
+        running: false,
+        url: undefined,
+        pid: undefined,
+        ca: { path: ca.certPath, fingerprint: ca.fingerprint256 },
+        rules: rules.origin,
+        providers: providerStatuses(rt, readPoolState(ctx.home)),
+      };
+    }
+    ctx.out(values.json ? JSON.stringify(report, null, 2) : formatStatus(report));
+    return 0;
+  },
+};

@@ -1,0 +1,125 @@
+// The broker's local admin API, for the CLI: status and pool resets on the running broker.
+// Requests carry the home's admin token (0600), compared in constant time.
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { join } from "node:path";
+import { BrokerError, errorResponse } from "../core/errors.js";
+import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
+import type { Broker } from "./server.js";
+import { providerStatuses, type StatusReport } from "./status.js";
+
+export const ADMIN_PREFIX = "/__keybroker/admin/";
+
+export function adminTokenPath(home: string): string {
+  return join(home, "admin.token");
+}
+
+export function loadOrCreateAdminToken(home: string): string {
+  ensurePrivateDir(home);
+  const path = adminTokenPath(home);
+  try {
+    const token = readFileSync(path, "utf8").trim();
+    if (token.length >= 32) return token;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  const token = randomBytes(32).toString("base64url");
+  writeFileAtomic(path, token + "\n");
+  return token;
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function fail(res: ServerResponse, err: BrokerError): void {
+  const out = errorResponse(err);
+  res.writeHead(out.status, out.headers);
+  res.end(out.body);
+}
+
+function authorized(req: IncomingMessage, token: string): boolean {
+  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
+  if (given === undefined) return false;
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  let text = "";
+  for await (const chunk of req) {
+    text += String(chunk);
+    if (text.length > 64 * 1024) throw new BrokerError("bad_request", "admin request body too large");
+  }
+  try {
+    const value = JSON.parse(text || "{}") as unknown;
+    if (typeof value === "object" && value !== null && !Array.isArray(value))
+      return value as Record<string, unknown>;
+  } catch {
+    // fall through
+  }
+  throw new BrokerError("bad_request", "admin request body must be a JSON object");
+}
+
+export function statusReport(broker: Broker): StatusReport {
+  return {
+    running: true,
+    url: broker.address.url,
+    pid: process.pid,
+    ca: { path: broker.ca.certPath, fingerprint: broker.ca.fingerprint256 },
+    rules: broker.runtime.rules.origin,
+    providers: providerStatuses(broker.runtime, broker.pools.snapshot()),
+  };
+}
+
+export async function handleAdmin(
+  broker: Broker,
+  token: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  try {
+    if (!authorized(req, token)) {
+      res.setHeader("www-authenticate", "Bearer");
+      fail(res, new BrokerError("client_unauthorized", "the admin API needs the home's admin token"));
+      return;
+    }
+    const action = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0];
+    if (action === "status" && req.method === "GET") {
+      send(res, 200, statusReport(broker));
+      return;
+    }
+    if (action === "reset" && req.method === "POST") {
+      const body = await readJson(req);
+      const provider = body.provider;
+      const credential = body.credential;
+      if (typeof provider !== "string" || !broker.runtime.providers.has(provider)) {
+        throw new BrokerError("bad_request", `unknown provider ${JSON.stringify(provider)}`, {
+          hint: "see keybroker status",
+        });
+      }
+      const refs = broker.runtime.providers.get(provider)!.rule.credentials;
+      if (credential !== undefined && (typeof credential !== "string" || !refs.includes(credential))) {
+        throw new BrokerError(
+          "bad_request",
+          `provider ${provider} has no credential ${JSON.stringify(credential)}`,
+          {
+            hint: `its credentials: ${refs.join(", ")}`,
+          },
+        );
+      }
+      const cleared = broker.pools.reset(provider, credential as string | undefined);
+      broker.pools.flush();
+      broker.onReset(provider, cleared);
+      send(res, 200, { provider, cleared });
+      return;
+    }
+    throw new BrokerError("bad_request", `unknown admin request ${req.method} ${req.url}`);
+  } catch (err) {
+    fail(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid admin request"));
+  }
+}

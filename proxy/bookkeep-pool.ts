@@ -1,0 +1,142 @@
+// After the upstream answers: a quota or rejection answer marks only the credential that got
+// it; a replayable request is sent again on another credential before any byte reaches the
+// client; an exhausted pool in reverse mode moves to the configured fallback provider.
+import type { Agent } from "undici";
+import { BrokerError } from "../core/errors.js";
+import type { Logger } from "../core/log.js";
+import { classify, mayMark } from "../secrets/quota.js";
+import type { Exchange } from "./exchange.js";
+import { emitHeld, type ForwardResult, forward } from "./forward.js";
+import { setHeader } from "./headers.js";
+import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
+import { pickCredential } from "./stages/pick-credential.js";
+
+export const DEFAULT_COOLDOWN_MS = 60_000;
+
+export interface PoolEvent {
+  readonly decision: "marked" | "retried" | "fallback";
+  readonly provider: string;
+  readonly credential: string;
+  readonly detail: string;
+}
+
+function holdFor(x: Exchange): ((status: number) => boolean) | undefined {
+  return x.injection === undefined ? undefined : mayMark;
+}
+
+/** Marks the credential `x` used if the held answer says so. Returns true when it was marked. */
+function bookkeep(
+  x: Exchange,
+  held: NonNullable<ForwardResult["held"]>,
+  log: Logger,
+  onEvent: (e: PoolEvent) => void,
+): boolean {
+  const verdict = classify(held.status, held.headers, held.body.toString("utf8"));
+  if (verdict === undefined || x.secret === undefined) return false;
+  const provider = x.provider!.rule;
+  const id = x.secret.id;
+  if (verdict.kind === "usage_limit") {
+    const until = verdict.until ?? Date.now() + (provider.pool.cooldownMs ?? DEFAULT_COOLDOWN_MS);
+    const s = x.pools.markUsageLimit(provider.id, id, until, verdict.reason);
+    const detail = `${verdict.reason}; usage_limit_reached until ${new Date(s.until ?? until).toISOString()}`;
+    log.warn({ provider: provider.id, credential: id, until: s.until }, `credential marked: ${detail}`);
+    onEvent({ decision: "marked", provider: provider.id, credential: id, detail });
+  } else {
+    x.pools.markInvalid(provider.id, id, verdict.reason);
+    const detail = `${verdict.reason}; invalid until keybroker auth reset ${provider.id}`;
+    log.warn({ provider: provider.id, credential: id }, `credential marked: ${detail}`);
+    onEvent({ decision: "marked", provider: provider.id, credential: id, detail });
+  }
+  return true;
+}
+
+/** Re-targets a reverse-mode request at the next fallback provider that can take it. */
+async function fallBack(
+  x: Exchange,
+  from: string,
+  log: Logger,
+  onEvent: (e: PoolEvent) => void,
+): Promise<boolean> {
+  const plan = createPlanInjection(log);
+  for (const id of x.rt.rules.fallbacks[from] ?? []) {
+    const next = x.rt.providers.get(id);
+    if (next?.rule.upstream === undefined || x.reverseRest === undefined || x.injection === undefined)
+      continue;
+    const upstream = new URL(next.rule.upstream);
+    const headers = [...x.injection.headers];
+    x.provider = next;
+    x.host = upstream.hostname;
+    x.port = Number(upstream.port) || 443;
+    x.path = upstream.pathname.replace(/\/$/, "") + x.reverseRest;
+    setHeader(headers, "host", x.port === 443 ? x.host : `${x.host}:${x.port}`);
+    x.headers.length = 0;
+    x.headers.push(...headers);
+    x.injection = undefined;
+    x.tried.clear();
+    plan(x);
+    try {
+      await pickCredential(x);
+    } catch (err) {
+      if (
+        err instanceof BrokerError &&
+        (err.code === "pool_exhausted" || err.code === "credential_unavailable")
+      )
+        continue;
+      throw err;
+    }
+    applyHeaderRules(x);
+    onEvent({ decision: "fallback", provider: from, credential: x.secret?.id ?? "", detail: `to ${id}` });
+    log.info({ from, to: id }, "pool exhausted: falling back");
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Forwards the exchange and settles the pool's bookkeeping. Throws a BrokerError only while
+ * nothing has been sent to the client.
+ */
+export async function forwardWithPool(
+  x: Exchange,
+  agent: Agent,
+  log: Logger,
+  onEvent: (e: PoolEvent) => void,
+): Promise<ForwardResult> {
+  let result = await forward(agent, x, { hold: holdFor(x) });
+  while (result.held !== undefined) {
+    const held = result.held;
+    const marked = bookkeep(x, held, log, onEvent);
+    if (!marked || x.body === undefined) {
+      emitHeld(x, held);
+      return result;
+    }
+    const from = x.provider!.rule.id;
+    const previous = x.secret!.id;
+    try {
+      await pickCredential(x);
+      applyHeaderRules(x);
+      onEvent({
+        decision: "retried",
+        provider: from,
+        credential: x.secret!.id,
+        detail: `after ${previous}: ${held.status}`,
+      });
+    } catch (err) {
+      if (!(err instanceof BrokerError) || err.code !== "pool_exhausted") throw err;
+      if (x.mode !== "reverse" || !(await fallBack(x, from, log, onEvent))) throw err;
+    }
+    result = await forward(agent, x, { hold: holdFor(x) });
+  }
+  return result;
+}
+
+/** A request that finds its pool exhausted before it was sent: fall back, or refuse. */
+export async function fallBackBeforeSending(
+  x: Exchange,
+  err: BrokerError,
+  log: Logger,
+  onEvent: (e: PoolEvent) => void,
+): Promise<boolean> {
+  if (err.code !== "pool_exhausted" || x.mode !== "reverse" || x.provider === undefined) return false;
+  return fallBack(x, x.provider.rule.id, log, onEvent);
+}

@@ -1,0 +1,97 @@
+// Chooses the credential a request uses from its provider's pool, and reads ahead the request
+// body when a quota answer may have to be retried on another credential.
+import { BrokerError } from "../../core/errors.js";
+import { describeAttempts } from "../../secrets/resolver.js";
+import type { Secret } from "../../secrets/secret.js";
+import type { Exchange } from "../exchange.js";
+import { applyCredential } from "./inject.js";
+
+export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
+
+/** A request can move to another credential (or a fallback) when there is one to move to. */
+export function hasAlternatives(x: Exchange): boolean {
+  const provider = x.provider!;
+  return (
+    provider.rule.credentials.length > 1 ||
+    (x.mode === "reverse" && (x.rt.rules.fallbacks[provider.rule.id]?.length ?? 0) > 0)
+  );
+}
+
+/**
+ * Reads a small request body into memory so it can be sent again. Bodies of unknown length
+ * or above `pool.retry_body_limit` stream as usual (a quota answer to them reaches the client).
+ */
+export async function bufferReplayableBody(x: Exchange): Promise<void> {
+  if (x.injection === undefined || x.body !== undefined || !hasAlternatives(x)) return;
+  const h = x.req.headers;
+  if (h["transfer-encoding"] !== undefined) return;
+  const length = Number(h["content-length"] ?? 0);
+  if (length === 0) {
+    x.body = Buffer.alloc(0);
+    return;
+  }
+  if (!(length <= (x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT))) return;
+  const chunks: Buffer[] = [];
+  for await (const chunk of x.req) chunks.push(chunk as Buffer);
+  x.body = Buffer.concat(chunks);
+}
+
+/** Every pool member that has a value now, in pool order. */
+async function membersWithValues(x: Exchange): Promise<{ id: string; secret: Secret }[]> {
+  const rule = x.provider!.rule;
+  const resolver = x.rt.resolver;
+  const out: { id: string; secret: Secret }[] = [];
+  const reasons: string[] = [];
+  for (const ref of rule.credentials) {
+    const secret = resolver.peek(ref) ?? (await resolver.resolve(ref)).secret;
+    if (secret !== undefined) out.push({ id: ref, secret });
+    else reasons.push(`${ref} (${describeAttempts((await resolver.resolve(ref)).attempts)})`);
+  }
+  if (out.length === 0) {
+    const id = rule.id;
+    throw new BrokerError(
+      "credential_unavailable",
+      rule.credentials.length === 0
+        ? `provider "${id}" has no credentials configured`
+        : `no credential of provider "${id}" has a value: ${reasons.join("; ")}`,
+      {
+        provider: id,
+        hint: `set ${rule.credentials[0] ?? `providers.${id}.credentials`} and run keybroker check`,
+      },
+    );
+  }
+  return out;
+}
+
+/** Picks a usable credential (not yet tried for this request) and writes it into the request. */
+export async function pickCredential(x: Exchange): Promise<void> {
+  if (x.injection === undefined) return;
+  const rule = x.provider!.rule;
+  const members = (await membersWithValues(x)).filter((m) => !x.tried.has(m.id));
+  const chosen = x.pools.pick(
+    { provider: rule.id, strategy: rule.pool.strategy, affinity: rule.pool.affinity },
+    members,
+    x.client.rule.name,
+  );
+  if (chosen === undefined) {
+    const earliest = x.pools.earliestReset(rule.id, rule.credentials);
+    const seconds = earliest === undefined ? 60 : Math.max(1, Math.ceil((earliest - Date.now()) / 1000));
+    const states = rule.credentials
+      .map((id) => {
+        const s = x.pools.get(rule.id, id);
+        return `${id}: ${s.state}${s.reason ? ` (${s.reason})` : ""}`;
+      })
+      .join(", ");
+    throw new BrokerError(
+      "pool_exhausted",
+      `every credential of provider "${rule.id}" is out of quota or rejected: ${states}`,
+      {
+        provider: rule.id,
+        hint: `retry after ${seconds} s, add a credential, or keybroker auth reset ${rule.id}`,
+        headers: { "retry-after": String(seconds) },
+      },
+    );
+  }
+  x.tried.add(chosen.id);
+  applyCredential(x, chosen.secret);
+}

@@ -1,0 +1,89 @@
+// What `keybroker status` shows: each provider's credentials with id, source, fingerprint,
+// state and reset time. Built from a runtime and the pool state; never holds a value.
+import type { CredentialState } from "../secrets/pool.js";
+import type { Runtime } from "./runtime.js";
+
+export interface CredentialStatus {
+  readonly id: string;
+  readonly source: string | undefined;
+  readonly fingerprint: string | undefined;
+  readonly state: CredentialState["state"] | "missing";
+  readonly until: string | undefined;
+  readonly reason: string | undefined;
+  readonly requests: number;
+  readonly marks: number;
+}
+
+export interface ProviderStatus {
+  readonly id: string;
+  readonly active: boolean;
+  readonly hosts: readonly string[];
+  readonly mount: string | undefined;
+  readonly note: string | undefined;
+  readonly credentials: readonly CredentialStatus[];
+}
+
+export interface StatusReport {
+  readonly running: boolean;
+  readonly url: string | undefined;
+  readonly pid: number | undefined;
+  readonly ca: { readonly path: string; readonly fingerprint: string };
+  readonly rules: string;
+  readonly providers: readonly ProviderStatus[];
+}
+
+export function providerStatuses(
+  rt: Runtime,
+  pools: Record<string, Record<string, CredentialState>>,
+): ProviderStatus[] {
+  const out: ProviderStatus[] = [];
+  for (const p of rt.providers.values()) {
+    if (!p.active && p.rule.fromCatalogue) continue;
+    const states = pools[p.rule.id] ?? {};
+    out.push({
+      id: p.rule.id,
+      active: p.active,
+      hosts: p.rule.hosts.map((h) => h.source),
+      mount: p.rule.mount,
+      note: p.rule.id.endsWith("-oauth")
+        ? "authenticates only with OAuth logins (keybroker auth add)"
+        : undefined,
+      credentials: p.resolutions.map((r) => {
+        const s = states[r.ref];
+        return {
+          id: r.ref,
+          source: r.secret?.source,
+          fingerprint: r.secret?.fingerprint,
+          state: r.secret === undefined ? "missing" : (s?.state ?? "ok"),
+          until: s?.until === undefined ? undefined : new Date(s.until).toISOString(),
+          reason: s?.reason,
+          requests: s?.requests ?? 0,
+          marks: s?.marks ?? 0,
+        };
+      }),
+    });
+  }
+  return out;
+}
+
+export function formatStatus(report: StatusReport): string {
+  const lines = [
+    report.running
+      ? `keybroker running at ${report.url} (pid ${report.pid})`
+      : "keybroker is not running (showing the saved state)",
+    `CA ${report.ca.path} ${report.ca.fingerprint}`,
+    `rules: ${report.rules}`,
+  ];
+  if (report.providers.length === 0) lines.push("no provider has a credential");
+  for (const p of report.providers) {
+    const where = [...p.hosts, ...(p.mount ? [p.mount] : [])].join(", ");
+    lines.push(`${p.id} ${p.active ? "active" : "INACTIVE"}  ${where}${p.note ? `  (${p.note})` : ""}`);
+    for (const c of p.credentials) {
+      const from = c.source === undefined ? "no value" : `${c.source} ${c.fingerprint}`;
+      const until = c.until === undefined ? "" : ` until ${c.until}`;
+      const reason = c.reason === undefined ? "" : ` (${c.reason})`;
+      lines.push(`  ${c.id}  ${from}  ${c.state}${until}${reason}  requests ${c.requests}`);
+    }
+  }
+  return lines.join("\n");
+}

@@ -1,0 +1,278 @@
+// Credential pools: which credential of a provider a request uses, and what each credential's
+// state is. A quota answer marks only the credential that got it; a mark only ever extends its
+// deadline; a mark whose time has come is dropped, so the credential is tried again. State
+// lives in memory and is written to `$KEYBROKER_HOME/state/pools.json` (atomic, 0600).
+import { existsSync, readFileSync, renameSync } from "node:fs";
+import { join } from "node:path";
+import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
+import type { PoolStrategy } from "../rules/types.js";
+
+export type CredentialStateName = "ok" | "usage_limit_reached" | "invalid";
+
+export interface CredentialState {
+  state: CredentialStateName;
+  /** Epoch ms when a `usage_limit_reached` mark ends. */
+  until?: number;
+  /** Why it was marked (status code and error type; never a value). */
+  reason?: string;
+  requests: number;
+  marks: number;
+  lastUsed?: number;
+}
+
+export interface PoolMember {
+  /** The credential reference, which is also its id within the provider. */
+  readonly id: string;
+}
+
+export interface PoolSpec {
+  readonly provider: string;
+  readonly strategy: PoolStrategy;
+  readonly affinity?: "client" | undefined;
+}
+
+const STATE_VERSION = 1;
+
+export class PoolState {
+  readonly #path: string;
+  readonly #warn: (message: string) => void;
+  /** provider → credential id → state */
+  readonly #states = new Map<string, Map<string, CredentialState>>();
+  readonly #cursor = new Map<string, number>();
+  readonly #affinity = new Map<string, string>();
+  #saveTimer: NodeJS.Timeout | undefined;
+  #dirty = false;
+
+  constructor(home: string, warn: (message: string) => void = () => {}) {
+    const dir = join(home, "state");
+    ensurePrivateDir(dir);
+    this.#path = join(dir, "pools.json");
+    this.#warn = warn;
+    this.#load();
+  }
+
+  #load(): void {
+    if (!existsSync(this.#path)) return;
+    try {
+      const data = JSON.parse(readFileSync(this.#path, "utf8")) as {
+        version?: number;
+        providers?: Record<string, Record<string, CredentialState>>;
+      };
+      if (data.version !== STATE_VERSION || typeof data.providers !== "object" || data.providers === null) {
+        throw new Error("unexpected layout");
+      }
+      for (const [provider, creds] of Object.entries(data.providers)) {
+        const map = new Map<string, CredentialState>();
+        for (const [id, s] of Object.entries(creds)) {
+          if (!["ok", "usage_limit_reached", "invalid"].includes(s.state)) continue;
+          map.set(id, {
+            state: s.state,
+            ...(typeof s.until === "number" ? { until: s.until } : {}),
+            ...(typeof s.reason === "string" ? { reason: s.reason } : {}),
+            requests: Number(s.requests) || 0,
+            marks: Number(s.marks) || 0,
+            ...(typeof s.lastUsed === "number" ? { lastUsed: s.lastUsed } : {}),
+          });
+        }
+        this.#states.set(provider, map);
+      }
+    } catch (err) {
+      const aside = `${this.#path}.corrupt-${Date.now()}`;
+      try {
+        renameSync(this.#path, aside);
+      } catch {
+        // nothing more to do: we start empty either way
+      }
+      this.#warn(
+        `the pool state file was unreadable (${(err as Error).message}); moved it to ${aside} and started with no marks`,
+      );
+    }
+  }
+
+  /** The state of one credential (created on first sight). */
+  get(provider: string, id: string): CredentialState {
+    let map = this.#states.get(provider);
+    if (map === undefined) {
+      map = new Map();
+      this.#states.set(provider, map);
+    }
+    let s = map.get(id);
+    if (s === undefined) {
+      s = { state: "ok", requests: 0, marks: 0 };
+      map.set(id, s);
+    }
+    return s;
+  }
+
+  /** Drops a usage mark whose time has come, so the credential is tried again. */
+  #expire(s: CredentialState, now: number): void {
+    if (s.state === "usage_limit_reached" && (s.until === undefined || s.until <= now)) {
+      s.state = "ok";
+      delete s.until;
+      delete s.reason;
+      this.#changed();
+    }
+  }
+
+  usable(provider: string, id: string, now = Date.now()): boolean {
+    const s = this.get(provider, id);
+    this.#expire(s, now);
+    return s.state === "ok";
+  }
+
+  /**
+   * Picks the credential for a request among `candidates` (the pool's members that have a
+   * value), by the pool's strategy. Returns undefined when every one is marked.
+   */
+  pick<T extends PoolMember>(
+    spec: PoolSpec,
+    candidates: readonly T[],
+    client: string,
+    now = Date.now(),
+  ): T | undefined {
+    const usable = candidates.filter((c) => this.usable(spec.provider, c.id, now));
+    if (usable.length === 0) return undefined;
+    let chosen: T | undefined;
+    const affinityKey = `${spec.provider}\0${client}`;
+    if (spec.affinity === "client") {
+      const pinned = this.#affinity.get(affinityKey);
+      chosen = usable.find((c) => c.id === pinned);
+    }
+    if (chosen === undefined) {
+      switch (spec.strategy) {
+        case "fill_first":
+          chosen = usable[0];
+          break;
+        case "round_robin": {
+          const next = this.#cursor.get(spec.provider) ?? 0;
+          chosen = usable[next % usable.length];
+          this.#cursor.set(spec.provider, next + 1);
+          break;
+        }
+        case "least_used":
+          chosen = usable.reduce((a, b) =>
+            this.get(spec.provider, b.id).requests < this.get(spec.provider, a.id).requests ? b : a,
+          );
+          break;
+      }
+    }
+    if (chosen !== undefined) {
+      if (spec.affinity === "client") this.#affinity.set(affinityKey, chosen.id);
+      const s = this.get(spec.provider, chosen.id);
+      s.requests++;
+      s.lastUsed = now;
+      this.#changed();
+    }
+    return chosen;
+  }
+
+  /** The earliest time a marked credential of `ids` comes back (epoch ms), if any will. */
+  earliestReset(provider: string, ids: readonly string[]): number | undefined {
+    let earliest: number | undefined;
+    for (const id of ids) {
+      const s = this.get(provider, id);
+      if (s.state === "usage_limit_reached" && s.until !== undefined) {
+        earliest = earliest === undefined ? s.until : Math.min(earliest, s.until);
+      }
+    }
+    return earliest;
+  }
+
+  /** Marks one credential out of quota until `until`; a later mark only ever extends it. */
+  markUsageLimit(provider: string, id: string, until: number, reason: string): CredentialState {
+    const s = this.get(provider, id);
+    if (s.state === "invalid") return s;
+    if (s.state !== "usage_limit_reached" || s.until === undefined || until > s.until) s.until = until;
+    s.state = "usage_limit_reached";
+    s.reason = reason;
+    s.marks++;
+    this.#unpin(provider, id);
+    this.#changed();
+    return s;
+  }
+
+  /** Marks one credential rejected by the upstream (401/403) until it is reset. */
+  markInvalid(provider: string, id: string, reason: string): CredentialState {
+    const s = this.get(provider, id);
+    s.state = "invalid";
+    delete s.until;
+    s.reason = reason;
+    s.marks++;
+    this.#unpin(provider, id);
+    this.#changed();
+    return s;
+  }
+
+  /** Clears the marks of a provider's credentials (all, or one). Returns the ids cleared. */
+  reset(provider: string, id?: string): string[] {
+    const map = this.#states.get(provider);
+    if (map === undefined) return [];
+    const cleared: string[] = [];
+    for (const [cid, s] of map) {
+      if (id !== undefined && cid !== id) continue;
+      if (s.state !== "ok") cleared.push(cid);
+      s.state = "ok";
+      delete s.until;
+      delete s.reason;
+    }
+    this.#changed();
+    return cleared;
+  }
+
+  #unpin(provider: string, id: string): void {
+    for (const [key, pinned] of this.#affinity) {
+      if (pinned === id && key.startsWith(`${provider}\0`)) this.#affinity.delete(key);
+    }
+  }
+
+  snapshot(): Record<string, Record<string, CredentialState>> {
+    const now = Date.now();
+    const out: Record<string, Record<string, CredentialState>> = {};
+    for (const [provider, map] of this.#states) {
+      out[provider] = {};
+      for (const [id, s] of map) {
+        this.#expire(s, now);
+        out[provider][id] = { ...s };
+      }
+    }
+    return out;
+  }
+
+  #changed(): void {
+    this.#dirty = true;
+    if (this.#saveTimer !== undefined) return;
+    // Batched: many requests a second share one write; marks are in memory at once.
+    this.#saveTimer = setTimeout(() => {
+      this.#saveTimer = undefined;
+      this.flush();
+    }, 200);
+    this.#saveTimer.unref();
+  }
+
+  /** Writes the state now (on shutdown, and after marks and resets). */
+  flush(): void {
+    if (!this.#dirty) return;
+    this.#dirty = false;
+    clearTimeout(this.#saveTimer);
+    this.#saveTimer = undefined;
+    const data = { version: STATE_VERSION, providers: this.snapshot() };
+    try {
+      writeFileAtomic(this.#path, JSON.stringify(data, null, 1) + "\n");
+    } catch (err) {
+      this.#dirty = true;
+      this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);
+    }
+  }
+}
+
+/** Reads the persisted pool state without a broker (for `status` when none runs). */
+export function readPoolState(home: string): Record<string, Record<string, CredentialState>> {
+  try {
+    const data = JSON.parse(readFileSync(join(home, "state", "pools.json"), "utf8")) as {
+      providers?: Record<string, Record<string, CredentialState>>;
+    };
+    return data.providers ?? {};
+  } catch {
+    return {};
+  }
+}
