@@ -1,6 +1,6 @@
 // The broker: one loopback listener that takes CONNECT (intercepted or tunnelled), plain-HTTP
 // proxy requests, reverse-mode `/p/<provider>` requests and its own health endpoint.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
 import type { Agent } from "undici";
@@ -19,11 +19,12 @@ import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
-import { forwardableRequestHeaders } from "./headers.js";
+import { forwardableRequestHeaders, setHeader } from "./headers.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { createUpstreamAgent } from "./upstream.js";
+import { forwardUpgrade } from "./websocket.js";
 
 export const VERSION = "0.1.0";
 export const HEALTH_PATH = "/__keybroker/health";
@@ -38,6 +39,19 @@ export interface BrokerOptions {
   readonly port?: number;
   /** Record the address in `$home/broker.json` so other commands find this broker. */
   readonly advertise?: boolean;
+}
+
+/** Where a request is bound, worked out from how it reached the broker. */
+interface Target {
+  readonly mode: Mode;
+  readonly client: ClientState;
+  readonly host: string;
+  readonly port: number;
+  readonly scheme: "https" | "http";
+  readonly path: string;
+  readonly sni: string | undefined;
+  readonly provider?: ProviderState;
+  readonly reverseRest?: string;
 }
 
 export interface BrokerAddress {
@@ -117,13 +131,13 @@ export class Broker {
       server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
         this.#onClientError(err, socket),
       );
-      server.on("upgrade", (_req: IncomingMessage, socket: Socket) =>
-        writeRawError(
-          socket,
-          new BrokerError("bad_request", "WebSocket upgrades are not supported by this version"),
-        ),
-      );
     }
+    this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#onUpgrade(req, socket, head, true),
+    );
+    this.#outer.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#onUpgrade(req, socket, head, false),
+    );
     this.#outer.on("connection", (socket: Socket) => {
       socket.setNoDelay(true);
       this.#sockets.add(socket);
@@ -294,127 +308,137 @@ export class Broker {
     }
   }
 
-  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+  /** Where an intercepted request goes: the host and port its CONNECT named. */
+  #interceptedTarget(req: IncomingMessage): Target {
     const info = connectInfo(req.socket);
     const client = info === undefined ? undefined : this.#rt.clients.get(info.client);
     if (info === undefined || client === undefined) {
-      sendError(
-        res,
-        new BrokerError("client_unauthorized", "the client of this connection is no longer configured"),
-      );
-      return;
+      throw new BrokerError("client_unauthorized", "the client of this connection is no longer configured");
     }
     const url = req.url ?? "/";
-    const path = url.startsWith("/") ? url : "/";
     const sni = (req.socket as { servername?: string | false }).servername;
-    void this.#handle(req, res, "intercept", client, info.host, info.port, "https", path, sni || undefined);
+    return {
+      mode: "intercept",
+      client,
+      host: info.host,
+      port: info.port,
+      scheme: "https",
+      path: url.startsWith("/") ? url : "/",
+      sni: sni || undefined,
+    };
   }
 
-  #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
+  /** Where a request to the listener itself goes: a reverse mount, or a plain-HTTP proxy target. */
+  #outerTarget(req: IncomingMessage): Target {
     const url = req.url ?? "/";
-    try {
-      if (url.startsWith("/")) {
-        if (url.startsWith(ADMIN_PREFIX)) {
-          void handleAdmin(this, this.#adminToken, req, res);
-          return;
-        }
-        if (url === HEALTH_PATH) {
-          const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
-          res.writeHead(200, {
-            "content-type": "application/json",
-            "content-length": Buffer.byteLength(body),
-          });
-          res.end(body);
-          return;
-        }
-        const mounted = this.#rt.providerForMount(url.split("?")[0]!);
-        if (mounted === undefined) {
-          throw new BrokerError("bad_request", `no provider is mounted at ${url.split("?")[0]}`, {
-            hint: "reverse mode paths look like /p/<provider>/<path>; see keybroker env",
-          });
-        }
-        const client = this.#authenticate(req.headers["proxy-authorization"]);
-        const upstream = new URL(mounted.provider.rule.upstream!);
-        const port = Number(upstream.port) || 443;
-        const base = upstream.pathname.replace(/\/$/, "");
-        const after = url.slice(mounted.provider.rule.mount!.length);
-        const rest = after.startsWith("/") ? after : "/" + after;
-        void this.#handle(
-          req,
-          res,
-          "reverse",
-          client,
-          normalizeHost(upstream.hostname),
-          port,
-          "https",
-          base + rest,
-          undefined,
-          mounted.provider,
-          rest,
-        );
-        return;
-      }
-      let target: URL;
-      try {
-        target = new URL(url);
-      } catch {
-        throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
-      }
-      if (target.protocol !== "http:") {
-        throw new BrokerError("bad_request", `${target.protocol} URLs must be sent through CONNECT`, {
-          hint: "configure the proxy as HTTPS_PROXY so the client tunnels HTTPS",
+    if (url.startsWith("/")) {
+      const mounted = this.#rt.providerForMount(url.split("?")[0]!);
+      if (mounted === undefined) {
+        throw new BrokerError("bad_request", `no provider is mounted at ${url.split("?")[0]}`, {
+          hint: "reverse mode paths look like /p/<provider>/<path>; see keybroker env",
         });
       }
       const client = this.#authenticate(req.headers["proxy-authorization"]);
-      const port = Number(target.port) || 80;
-      void this.#handle(
-        req,
-        res,
-        "plain",
+      const upstream = new URL(mounted.provider.rule.upstream!);
+      const after = url.slice(mounted.provider.rule.mount!.length);
+      const rest = after.startsWith("/") ? after : "/" + after;
+      return {
+        mode: "reverse",
         client,
-        normalizeHost(target.hostname),
-        port,
-        "http",
-        target.pathname + target.search,
-        undefined,
-      );
+        host: normalizeHost(upstream.hostname),
+        port: Number(upstream.port) || 443,
+        scheme: "https",
+        path: upstream.pathname.replace(/\/$/, "") + rest,
+        sni: undefined,
+        provider: mounted.provider,
+        reverseRest: rest,
+      };
+    }
+    let target: URL;
+    try {
+      target = new URL(url);
+    } catch {
+      throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
+    }
+    if (target.protocol !== "http:") {
+      throw new BrokerError("bad_request", `${target.protocol} URLs must be sent through CONNECT`, {
+        hint: "configure the proxy as HTTPS_PROXY so the client tunnels HTTPS",
+      });
+    }
+    return {
+      mode: "plain",
+      client: this.#authenticate(req.headers["proxy-authorization"]),
+      host: normalizeHost(target.hostname),
+      port: Number(target.port) || 80,
+      scheme: "http",
+      path: target.pathname + target.search,
+      sni: undefined,
+    };
+  }
+
+  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+    try {
+      void this.#handle(req, res, this.#interceptedTarget(req));
     } catch (err) {
       sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
     }
   }
 
-  async #handle(
-    req: IncomingMessage,
-    res: ServerResponse,
-    mode: Mode,
-    client: ClientState,
-    host: string,
-    port: number,
-    scheme: "https" | "http",
-    path: string,
-    sni: string | undefined,
-    provider?: ProviderState,
-    reverseRest?: string,
-  ): Promise<void> {
-    const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
-    if (mode === "reverse") {
-      // The loopback Host means nothing upstream.
-      for (let i = headers.length - 2; i >= 0; i -= 2) if (headers[i] === "host") headers.splice(i, 2);
-      headers.push("host", port === 443 ? host : `${host}:${port}`);
+  #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? "/";
+    try {
+      if (url.startsWith(ADMIN_PREFIX)) {
+        void handleAdmin(this, this.#adminToken, req, res);
+        return;
+      }
+      if (url === HEALTH_PATH) {
+        const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
+        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+        res.end(body);
+        return;
+      }
+      void this.#handle(req, res, this.#outerTarget(req));
+    } catch (err) {
+      sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
     }
-    const x: Exchange = {
+  }
+
+  #onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, intercepted: boolean): void {
+    socket.on("error", () => socket.destroy());
+    // A response bound to the raw socket, so refusals go out as ordinary error responses.
+    const res = new ServerResponse(req);
+    res.assignSocket(socket);
+    res.shouldKeepAlive = false;
+    try {
+      const target = intercepted ? this.#interceptedTarget(req) : this.#outerTarget(req);
+      void this.#handle(req, res, target, { socket, head });
+    } catch (err) {
+      sendError(
+        res,
+        err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid upgrade request"),
+      );
+    }
+  }
+
+  #newExchange(req: IncomingMessage, res: ServerResponse, t: Target): Exchange {
+    const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
+    if (t.mode === "reverse") {
+      // The loopback Host means nothing upstream.
+      setHeader(headers, "host", t.port === 443 ? t.host : `${t.host}:${t.port}`);
+    }
+    return {
       req,
       res,
-      mode,
+      mode: t.mode,
       rt: this.#rt,
-      client,
-      host,
-      port,
-      scheme,
-      sni,
-      path,
+      client: t.client,
+      host: t.host,
+      port: t.port,
+      scheme: t.scheme,
+      sni: t.sni,
+      path: t.path,
       headers,
-      provider,
+      provider: t.provider,
       secret: undefined,
       placeholder: undefined,
       placeholderSeenAt: [],
@@ -422,9 +446,18 @@ export class Broker {
       pools: this.pools,
       injection: undefined,
       body: undefined,
-      reverseRest,
+      reverseRest: t.reverseRest,
       tried: new Set(),
     };
+  }
+
+  async #handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    t: Target,
+    upgrade?: { socket: Socket; head: Buffer },
+  ): Promise<void> {
+    const x = this.#newExchange(req, res, t);
     const onEvent = (e: PoolEvent) => this.#onPoolEvent(x, e);
     try {
       try {
@@ -433,7 +466,8 @@ export class Broker {
         if (!(err instanceof BrokerError) || !(await fallBackBeforeSending(x, err, this.log, onEvent)))
           throw err;
       }
-      await forwardWithPool(x, this.#agent, this.log, onEvent);
+      if (upgrade !== undefined) await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
+      else await forwardWithPool(x, this.#agent, this.log, onEvent);
     } catch (err) {
       if (err instanceof BrokerError) {
         this.#logRefusal(x, err);

@@ -1,5 +1,6 @@
 // A real HTTPS "provider" on 127.0.0.1 that records what it received. Its certificate comes
 // from a CA made for the test, and it answers for any host name (SNI picks the leaf).
+import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -93,11 +94,15 @@ export async function startUpstream(): Promise<FakeUpstream> {
     connections: 0,
     close: async () => {
       server.closeAllConnections();
+      for (const socket of sockets) socket.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
-  server.on("secureConnection", () => {
+  const sockets = new Set<import("node:net").Socket>();
+  server.on("secureConnection", (socket: import("node:net").Socket) => {
     up.connections++;
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
   });
   server.on("request", (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0]!;
@@ -127,6 +132,27 @@ export async function startUpstream(): Promise<FakeUpstream> {
       if (route === undefined) json(res, 200, JSON.stringify({ ok: true, path }));
       else void route(req, res, body);
     });
+  });
+  // WebSocket: accept the upgrade, record it like a request, send one text frame, echo the rest.
+  server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket) => {
+    received.push({
+      method: req.method ?? "",
+      url: req.url ?? "",
+      host: req.headers.host,
+      sni: (req.socket as { servername?: string }).servername,
+      headers: { ...req.headers },
+      rawHeaders: [...req.rawHeaders],
+      body: Buffer.alloc(0),
+    });
+    const accept = createHash("sha1")
+      .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+      .digest("base64");
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+    );
+    const text = Buffer.from("hello from upstream");
+    socket.write(Buffer.concat([Buffer.from([0x81, text.length]), text]));
+    socket.on("error", () => socket.destroy());
   });
   server.listen(0, "127.0.0.1");
   await once(server, "listening");

@@ -1,0 +1,70 @@
+// WebSocket upgrades (OpenAI Realtime): the credential is injected into the upgrade request,
+// intercepted and in reverse mode, and frames flow both ways afterwards.
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
+import { ProxyAgent, WebSocket } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+
+let f: Fixture;
+beforeAll(async () => {
+  f = await startFixture();
+});
+afterAll(async () => {
+  await f?.close();
+  expect(f.leaks()).toEqual([]);
+});
+
+async function firstMessage(ws: WebSocket): Promise<string> {
+  const [event] = (await once(ws as unknown as NodeJS.EventEmitter, "message")) as [MessageEvent];
+  return String(event.data);
+}
+
+describe("WebSocket upgrades", () => {
+  it("injects the credential into an intercepted upgrade request", async () => {
+    const ph = await f.placeholder("openai");
+    const dispatcher = new ProxyAgent({
+      uri: f.broker.url,
+      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+    });
+    const before = f.upstream.received.length;
+    const ws = new WebSocket("wss://api.openai.com/v1/realtime?model=gpt-realtime", {
+      dispatcher,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    expect(await firstMessage(ws)).toBe("hello from upstream");
+    const got = f.upstream.received.at(-1)!;
+    expect(f.upstream.received.length).toBe(before + 1);
+    expect(got.url).toBe("/v1/realtime?model=gpt-realtime");
+    expect(got.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    expect(got.headers.upgrade).toBe("websocket");
+    ws.close();
+    await dispatcher.close();
+  });
+
+  it("refuses an upgrade carrying another provider's placeholder, sending nothing", async () => {
+    const ph = await f.placeholder("anthropic");
+    const dispatcher = new ProxyAgent({
+      uri: f.broker.url,
+      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+    });
+    const before = f.upstream.received.length;
+    const ws = new WebSocket("wss://api.openai.com/v1/realtime", {
+      dispatcher,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    await once(ws as unknown as NodeJS.EventEmitter, "error");
+    expect(f.upstream.received.length).toBe(before);
+    expect(f.broker.stderr()).toContain("possible exfiltration blocked");
+    await dispatcher.close();
+  });
+
+  it("serves upgrades in reverse mode with the credential set by keybroker", async () => {
+    const ws = new WebSocket(`${f.broker.url.replace("http:", "ws:")}/p/openai/v1/realtime`, {
+      headers: { authorization: "Bearer dummy" },
+    });
+    expect(await firstMessage(ws)).toBe("hello from upstream");
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    ws.close();
+  });
+});
