@@ -4,6 +4,7 @@
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from "node:dns";
 import { readFileSync } from "node:fs";
 import { BlockList, isIP } from "node:net";
+import { createSecureContext } from "node:tls";
 import { Agent, buildConnector } from "undici";
 import { systemRootsPem } from "../certs/bundle.js";
 
@@ -93,8 +94,10 @@ export function trustedRoots(upstreamCa: readonly string[]): string[] {
 }
 
 export function createUpstreamAgent(opts: UpstreamOptions): Agent {
-  const ca = trustedRoots(opts.upstreamCa);
-  const tls = { ca, rejectUnauthorized: true, maxCachedSessions: 1000 };
+  // One secure context for every upstream connection: with a bare `ca` list, each connection
+  // would parse the ~150 system roots again.
+  const secureContext = createSecureContext({ ca: trustedRoots(opts.upstreamCa) });
+  const tls = { secureContext, rejectUnauthorized: true, maxCachedSessions: 1000 };
   const strict = buildConnector({ ...tls, lookup: guardedLookup } as buildConnector.BuildOptions);
   const open = buildConnector(tls);
   const timeout = opts.timeoutMs ?? 30 * 60_000;
