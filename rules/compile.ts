@@ -107,6 +107,7 @@ function compileAuth(auth: ProviderInput["auth"], ctx: Context): ProviderAuth | 
       kind: "google_service_account",
       key: ref(auth.google_service_account),
       ...(auth.scopes === undefined ? {} : { scopes: [...auth.scopes] }),
+      ...(auth.token_timeout === undefined ? {} : { tokenTimeoutMs: parseDuration(auth.token_timeout) }),
     };
   }
   const aws = auth.aws_sigv4;
@@ -191,6 +192,7 @@ function compileProvider(
 
 function compileSources(sources: SourcesInput | undefined, ctx: Context): SourcesConfig {
   const infisical = sources?.infisical;
+  const cmd = sources?.cmd;
   const order =
     sources?.order ?? (infisical === undefined ? ["dotenv", "env"] : ["infisical", "dotenv", "env"]);
   const auth = infisical?.auth ?? DEFAULT_INFISICAL_AUTH;
@@ -214,9 +216,26 @@ function compileSources(sources: SourcesInput | undefined, ctx: Context): Source
               infisical.ttl === undefined
                 ? DEFAULT_INFISICAL_TTL_MS
                 : (parseDuration(infisical.ttl) ?? DEFAULT_INFISICAL_TTL_MS),
+            ...durationField("timeoutMs", infisical.timeout),
+            ...durationField("graceMs", infisical.grace),
+          },
+        }),
+    ...(cmd === undefined
+      ? {}
+      : {
+          cmd: {
+            ...durationField("timeoutMs", cmd.timeout),
+            ...durationField("ttlMs", cmd.ttl),
+            ...durationField("graceMs", cmd.grace),
           },
         }),
   };
+}
+
+/** `{ [key]: ms }` for a duration given in the file, `{}` when it is not (the default applies). */
+function durationField<K extends string>(key: K, value: string | number | undefined): { [P in K]?: number } {
+  const ms = value === undefined ? undefined : parseDuration(value);
+  return (ms === undefined ? {} : { [key]: ms }) as { [P in K]?: number };
 }
 
 function compileClients(

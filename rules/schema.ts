@@ -205,6 +205,12 @@ const duration = z
     'is not a duration — write "500ms", "60s", "5m", "1h", or a number of seconds',
   );
 
+/** A duration above zero (a timeout). */
+const positiveDuration = duration.refine(
+  (value) => (parseDuration(value) ?? 1) > 0,
+  'must be more than zero, as in "5s"',
+);
+
 const byteSize = z
   .union([z.number(), z.string()], expect('a size such as "4MiB", or a number of bytes'))
   .refine(
@@ -346,12 +352,20 @@ const awsSigV4Schema = strict({
 const authSchema = strict({
   google_service_account: credentialRefSchema.optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
+  /** How long the token endpoint may take (default 15 s). */
+  token_timeout: duration.optional(),
   aws_sigv4: awsSigV4Schema.optional(),
 }).superRefine((auth, ctx) => {
   if ((auth.google_service_account === undefined) === (auth.aws_sigv4 === undefined)) {
     ctx.addIssue("auth is either google_service_account or aws_sigv4 — exactly one of them");
   } else if (auth.scopes !== undefined && auth.google_service_account === undefined) {
     ctx.addIssue({ code: "custom", message: "scopes belong to google_service_account", path: ["scopes"] });
+  } else if (auth.token_timeout !== undefined && auth.google_service_account === undefined) {
+    ctx.addIssue({
+      code: "custom",
+      message: "token_timeout belongs to google_service_account",
+      path: ["token_timeout"],
+    });
   }
 });
 
@@ -392,6 +406,14 @@ const infisicalSchema = strict({
   path: matching(/^\/[^\s]*$/, "a folder path", 'a folder path starts with "/", as in "/agents"').optional(),
   auth: strict({ client_id: credentialRefSchema, client_secret: credentialRefSchema }).optional(),
   ttl: duration.optional(),
+  timeout: positiveDuration.optional(),
+  grace: duration.optional(),
+});
+
+const cmdSourceSchema = strict({
+  timeout: positiveDuration.optional(),
+  ttl: duration.optional(),
+  grace: duration.optional(),
 });
 
 const sourcesSchema = strict({
@@ -401,6 +423,7 @@ const sourcesSchema = strict({
   ).optional(),
   dotenv: filePath.optional(),
   infisical: infisicalSchema.optional(),
+  cmd: cmdSourceSchema.optional(),
 });
 
 const providerId = matching(

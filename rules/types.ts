@@ -43,6 +43,8 @@ export interface GoogleServiceAccountAuth {
   readonly kind: "google_service_account";
   readonly key: string;
   readonly scopes?: readonly string[];
+  /** How long the token endpoint may take; default 15 s. */
+  readonly tokenTimeoutMs?: number;
 }
 
 export interface AwsSigV4Auth {
@@ -123,6 +125,20 @@ export interface InfisicalConfig {
   readonly clientId: string;
   readonly clientSecret: string;
   readonly ttlMs: number;
+  /** The longest a lookup waits for Infisical; unset = the default (5 s). */
+  readonly timeoutMs?: number;
+  /** How long the last value is still served once Infisical fails; unset = the default (10 min). */
+  readonly graceMs?: number;
+}
+
+/** `sources.cmd`: how `cmd:` references run and how long their output is reused. */
+export interface CmdConfig {
+  /** The command is stopped after this long; unset = the default (10 s). */
+  readonly timeoutMs?: number;
+  /** unset = the default (5 min). */
+  readonly ttlMs?: number;
+  /** How long the last value is still served once the command fails; unset = 10 min. */
+  readonly graceMs?: number;
 }
 
 export interface SourcesConfig {
@@ -131,6 +147,7 @@ export interface SourcesConfig {
   /** Absolute path of the `.env` file, or undefined for the default search. */
   readonly dotenv?: string;
   readonly infisical?: InfisicalConfig;
+  readonly cmd?: CmdConfig;
 }
 
 export interface Rules {

@@ -1,6 +1,7 @@
 // Turns credential references into secrets: a bare NAME walks the lookup chain, a prefixed
-// reference (`env:`, `dotenv:`, `file:`, ...) asks one source. Values are cached in memory
-// briefly and never written anywhere.
+// reference (`env:`, `dotenv:`, `file:`, `infisical:`, `cmd:`) asks one source. A resolution is
+// kept in memory until the earliest expiry its sources gave (Infisical: its TTL; local files:
+// the resolver's default) and never written anywhere.
 import { homedir } from "node:os";
 import { knownSecrets } from "../audit/scrub.js";
 import { Secret } from "./secret.js";
@@ -9,7 +10,10 @@ import type { SecretSource } from "./source.js";
 export interface Attempt {
   readonly source: string;
   readonly outcome: "found" | "missing" | "empty" | "error";
+  /** Why it failed, or for a stale `found`, why it could not be refreshed. */
   readonly message?: string;
+  /** A `found` value served from memory while its source fails. */
+  readonly stale?: boolean;
 }
 
 export interface Resolution {
@@ -44,21 +48,29 @@ export interface ResolverOptions {
   readonly sources: ReadonlyMap<string, SecretSource>;
   /** The chain for bare names; `env` is appended when missing (always the last resort). */
   readonly order: readonly string[];
-  /** How long a resolved value is reused before the source is asked again. */
+  /** How long an answer is reused when its source gives no expiry of its own. */
   readonly ttlMs?: number;
+  readonly now?: () => number;
+}
+
+interface CacheEntry {
+  readonly expiresAt: number;
+  readonly resolution: Resolution;
 }
 
 export class SecretResolver {
   readonly #sources: ReadonlyMap<string, SecretSource>;
   readonly #order: readonly string[];
   readonly #ttlMs: number;
-  readonly #cache = new Map<string, { at: number; resolution: Resolution }>();
+  readonly #now: () => number;
+  readonly #cache = new Map<string, CacheEntry>();
   readonly #inflight = new Map<string, Promise<Resolution>>();
 
   constructor(opts: ResolverOptions) {
     this.#sources = opts.sources;
     this.#order = opts.order.includes("env") ? opts.order : [...opts.order, "env"];
     this.#ttlMs = opts.ttlMs ?? 5_000;
+    this.#now = opts.now ?? Date.now;
   }
 
   get order(): readonly string[] {
@@ -68,13 +80,17 @@ export class SecretResolver {
   /** The cached secret when it is still fresh: the request path's fast lane. */
   peek(ref: string): Secret | undefined {
     const hit = this.#cache.get(ref);
-    if (hit !== undefined && Date.now() - hit.at < this.#ttlMs) return hit.resolution.secret;
-    return undefined;
+    return hit !== undefined && this.#now() < hit.expiresAt ? hit.resolution.secret : undefined;
   }
 
+  /**
+   * The reference's current value and how it was found. One lookup per reference is in flight
+   * at a time; references are resolved independently, so a slow source delays only the
+   * references that reach it.
+   */
   resolve(ref: string): Promise<Resolution> {
     const hit = this.#cache.get(ref);
-    if (hit !== undefined && Date.now() - hit.at < this.#ttlMs) return Promise.resolve(hit.resolution);
+    if (hit !== undefined && this.#now() < hit.expiresAt) return Promise.resolve(hit.resolution);
     let pending = this.#inflight.get(ref);
     if (pending === undefined) {
       pending = this.#lookup(ref).finally(() => this.#inflight.delete(ref));
@@ -87,18 +103,32 @@ export class SecretResolver {
     const parsed = parseRef(ref);
     const chain = parsed.source === undefined ? this.#order : [parsed.source];
     const attempts: Attempt[] = [];
+    const now = this.#now();
+    let expiresAt = Number.POSITIVE_INFINITY;
     let secret: Secret | undefined;
     for (const name of chain) {
       const source = this.#sources.get(name);
       if (source === undefined) {
-        attempts.push({ source: name, outcome: "error", message: `source "${name}" is not configured` });
+        expiresAt = Math.min(expiresAt, now + this.#ttlMs);
+        attempts.push({
+          source: name,
+          outcome: "error",
+          message:
+            name === "infisical"
+              ? "Infisical is not configured — add sources.infisical to the rule file"
+              : `source "${name}" is not configured`,
+        });
         continue;
       }
       const answer = await source.lookup(parsed.key);
+      expiresAt = Math.min(expiresAt, answer.expiresAt ?? now + this.#ttlMs);
       if (answer.kind === "found") {
-        knownSecrets.add(answer.value);
-        secret = new Secret(answer.value, ref, name);
-        attempts.push({ source: name, outcome: "found" });
+        secret = this.#secretFor(ref, name, answer.value);
+        attempts.push(
+          answer.stale === undefined
+            ? { source: name, outcome: "found" }
+            : { source: name, outcome: "found", stale: true, message: answer.stale },
+        );
         break;
       }
       attempts.push(
@@ -108,14 +138,26 @@ export class SecretResolver {
       );
     }
     const resolution: Resolution = { ref, secret, attempts };
-    this.#cache.set(ref, { at: Date.now(), resolution });
+    this.#cache.set(ref, { expiresAt, resolution });
     return resolution;
   }
+
+  /** The previous Secret when the value did not change (same fingerprint, no new scrub entry). */
+  #secretFor(ref: string, source: string, value: string): Secret {
+    const previous = this.#cache.get(ref)?.resolution.secret;
+    if (previous !== undefined && previous.source === source && previous.reveal() === value) return previous;
+    knownSecrets.add(value);
+    return new Secret(value, ref, source);
+  }
+}
+
+/** One attempt in words: `infisical: missing`, `cmd: error (command "x" exited with status 1)`. */
+export function describeAttempt(a: Attempt): string {
+  const outcome = a.stale === true ? "found (stale)" : a.outcome;
+  return a.message ? `${a.source}: ${outcome} (${a.message})` : `${a.source}: ${outcome}`;
 }
 
 /** One line that says why a reference has no value, for errors and `check`. */
 export function describeAttempts(attempts: readonly Attempt[]): string {
-  return attempts
-    .map((a) => (a.message ? `${a.source}: ${a.outcome} (${a.message})` : `${a.source}: ${a.outcome}`))
-    .join(", ");
+  return attempts.map(describeAttempt).join(", ");
 }

@@ -5,8 +5,8 @@ import { describe, expect, it } from "vitest";
 import { DotenvSource } from "../../../secrets/dotenv-source.js";
 import { EnvSource } from "../../../secrets/env-source.js";
 import { FileSource } from "../../../secrets/file-source.js";
-import { parseRef, SecretResolver } from "../../../secrets/resolver.js";
-import type { SecretSource } from "../../../secrets/source.js";
+import { describeAttempts, parseRef, SecretResolver } from "../../../secrets/resolver.js";
+import type { Lookup, SecretSource } from "../../../secrets/source.js";
 
 function dir(): string {
   return mkdtempSync(join(tmpdir(), "kb-secrets-"));
@@ -78,5 +78,91 @@ describe("SecretResolver", () => {
     expect(parseRef("OPENAI_API_KEY")).toEqual({ source: undefined, key: "OPENAI_API_KEY" });
     expect(parseRef("env:X")).toEqual({ source: "env", key: "X" });
     expect(parseRef("file:/run/s")).toEqual({ source: "file", key: "/run/s" });
+  });
+});
+
+/** A source that counts its lookups and answers from a table. */
+class TableSource implements SecretSource {
+  calls = 0;
+  constructor(
+    readonly name: string,
+    readonly table: Record<string, Lookup>,
+    readonly gate?: Promise<void>,
+  ) {}
+  async lookup(key: string): Promise<Lookup> {
+    this.calls++;
+    await this.gate;
+    return this.table[key] ?? { kind: "missing" };
+  }
+}
+
+describe("SecretResolver caching", () => {
+  it("makes one lookup for concurrent resolutions of a reference (single-flight)", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const env = new TableSource("env", { K: { kind: "found", value: "value-1234" } }, gate);
+    const r = new SecretResolver({ sources: new Map([["env", env]]), order: ["env"] });
+    const all = Promise.all([r.resolve("K"), r.resolve("K"), r.resolve("K")]);
+    open();
+    const [a, b, c] = await all;
+    expect(env.calls).toBe(1);
+    expect(a).toBe(b);
+    expect(b).toBe(c);
+    expect(r.peek("K")?.reveal()).toBe("value-1234");
+  });
+
+  it("keeps a resolution until the earliest expiry its sources gave", async () => {
+    let clock = 1_000_000;
+    const first = new TableSource("first", { K: { kind: "missing", expiresAt: clock + 1_000 } });
+    const env = new TableSource("env", { K: { kind: "found", value: "value-1234" } });
+    const r = new SecretResolver({
+      sources: new Map<string, SecretSource>([
+        ["first", first],
+        ["env", env],
+      ]),
+      order: ["first", "env"],
+      ttlMs: 60_000,
+      now: () => clock,
+    });
+    const a = (await r.resolve("K")).secret!;
+    clock += 999;
+    expect(r.peek("K")).toBe(a);
+    clock += 1;
+    expect(r.peek("K")).toBeUndefined();
+    const b = (await r.resolve("K")).secret!;
+    expect(first.calls).toBe(2);
+    // Same value from the same source: the same Secret object.
+    expect(b).toBe(a);
+  });
+
+  it("marks a stale answer and says why", async () => {
+    const inf = new TableSource("infisical", {
+      K: { kind: "found", value: "value-1234", stale: "Infisical answered HTTP 503" },
+    });
+    const r = new SecretResolver({ sources: new Map([["infisical", inf]]), order: ["infisical"] });
+    const res = await r.resolve("K");
+    expect(res.attempts[0]).toEqual({
+      source: "infisical",
+      outcome: "found",
+      stale: true,
+      message: "Infisical answered HTTP 503",
+    });
+    expect(describeAttempts(res.attempts)).toBe("infisical: found (stale) (Infisical answered HTTP 503)");
+  });
+
+  it("explains an infisical: reference when Infisical is not configured", async () => {
+    const r = resolver({}, "/nonexistent/.env");
+    const res = await r.resolve("infisical:/llm/KEY");
+    expect(res.secret).toBeUndefined();
+    expect(describeAttempts(res.attempts)).toBe(
+      "infisical: error (Infisical is not configured — add sources.infisical to the rule file)",
+    );
+  });
+
+  it("parses infisical: and cmd: references", () => {
+    expect(parseRef("infisical:/llm/KEY")).toEqual({ source: "infisical", key: "/llm/KEY" });
+    expect(parseRef("cmd:pass show openai")).toEqual({ source: "cmd", key: "pass show openai" });
   });
 });
