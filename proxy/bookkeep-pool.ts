@@ -8,8 +8,8 @@ import { classify, mayMark } from "../secrets/quota.js";
 import type { Exchange } from "./exchange.js";
 import { emitHeld, type ForwardResult, forward } from "./forward.js";
 import { setHeader } from "./headers.js";
-import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
-import { pickCredential } from "./stages/pick-credential.js";
+import { createPlanInjection } from "./stages/inject.js";
+import { hasAlternatives, prepareAttempt, signRequest } from "./stages/pick-credential.js";
 
 export const DEFAULT_COOLDOWN_MS = 60_000;
 
@@ -34,6 +34,7 @@ function bookkeep(
   const verdict = classify(held.status, held.headers, held.body.toString("utf8"));
   if (verdict === undefined || x.secret === undefined) return false;
   const provider = x.provider!.rule;
+  if (provider.auth !== undefined) return false;
   const id = x.secret.id;
   if (verdict.kind === "usage_limit") {
     const until = verdict.until ?? Date.now() + (provider.pool.cooldownMs ?? DEFAULT_COOLDOWN_MS);
@@ -75,16 +76,16 @@ async function fallBack(
     x.tried.clear();
     plan(x);
     try {
-      await pickCredential(x);
+      await prepareAttempt(x);
     } catch (err) {
       if (
         err instanceof BrokerError &&
         (err.code === "pool_exhausted" || err.code === "credential_unavailable")
-      )
+      ) {
         continue;
+      }
       throw err;
     }
-    applyHeaderRules(x);
     onEvent({ decision: "fallback", provider: from, credential: x.secret?.id ?? "", detail: `to ${id}` });
     log.info({ from, to: id }, "pool exhausted: falling back");
     return true;
@@ -103,18 +104,35 @@ export async function forwardWithPool(
   onEvent: (e: PoolEvent) => void,
 ): Promise<ForwardResult> {
   let result = await forward(agent, x, { hold: holdFor(x) });
+  let reauthorized = false;
   while (result.held !== undefined) {
     const held = result.held;
+    const auth = x.provider?.rule.auth === undefined ? undefined : x.rt.upstreamAuth.get(x.provider.rule.id);
+    if (auth !== undefined) {
+      // A service account's token was refused: mint a fresh one and try once more.
+      if (held.status === 401 && !reauthorized && x.body !== undefined && auth.rejected()) {
+        reauthorized = true;
+        log.info(
+          { provider: x.provider!.rule.id },
+          "upstream refused the service-account token: retrying with a new one",
+        );
+        await signRequest(x);
+        result = await forward(agent, x, { hold: holdFor(x) });
+        continue;
+      }
+      emitHeld(x, held);
+      return result;
+    }
     const marked = bookkeep(x, held, log, onEvent);
-    if (!marked || x.body === undefined) {
+    // Only a body in memory can be sent again, and only where there is another credential.
+    if (!marked || x.body === undefined || !hasAlternatives(x)) {
       emitHeld(x, held);
       return result;
     }
     const from = x.provider!.rule.id;
     const previous = x.secret!.id;
     try {
-      await pickCredential(x);
-      applyHeaderRules(x);
+      await prepareAttempt(x);
       onEvent({
         decision: "retried",
         provider: from,

@@ -2,7 +2,7 @@
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
 //   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → planInjection
-//   → bufferReplayableBody → pickCredential → applyHeaderRules
+//   → readBody → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
 import type { Exchange } from "./exchange.js";
@@ -10,7 +10,7 @@ import { applyPolicy } from "./stages/apply-policy.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
-import { bufferReplayableBody, pickCredential } from "./stages/pick-credential.js";
+import { readBody, pickCredential, signRequest } from "./stages/pick-credential.js";
 
 export type Stage = (x: Exchange) => void | Promise<void>;
 
@@ -25,9 +25,10 @@ export function requestStages(log: Logger): readonly Stage[] {
     checkPlaceholders,
     applyPolicy,
     createPlanInjection(log),
-    bufferReplayableBody,
+    readBody,
     pickCredential,
     applyHeaderRules,
+    signRequest,
   ];
 }
 

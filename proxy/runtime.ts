@@ -6,6 +6,7 @@ import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
+import type { UpstreamAuth } from "./upstream-auth.js";
 
 export interface ProviderState {
   readonly rule: ProviderRule;
@@ -14,6 +15,18 @@ export interface ProviderState {
   /** A credential resolved, or the rule file names the provider explicitly. */
   readonly intercepted: boolean;
   readonly active: boolean;
+}
+
+/** The credential references a service-account provider is made of, or undefined for a pool. */
+export function authRefs(rule: ProviderRule): string[] | undefined {
+  const auth = rule.auth;
+  if (auth === undefined) return undefined;
+  if (auth.kind === "google_service_account") return [auth.key];
+  return [
+    auth.accessKeyId,
+    auth.secretAccessKey,
+    ...(auth.sessionToken === undefined ? [] : [auth.sessionToken]),
+  ];
 }
 
 export interface ClientState {
@@ -27,6 +40,8 @@ export class Runtime {
   readonly placeholders: PlaceholderIndex;
   readonly providers: ReadonlyMap<string, ProviderState>;
   readonly clients: ReadonlyMap<string, ClientState>;
+  /** Authorizers of service-account providers, set up by the broker (they need its agent). */
+  readonly upstreamAuth = new Map<string, UpstreamAuth>();
   readonly #exactHosts = new Map<string, ProviderState>();
   readonly #wildcards: ProviderState[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
@@ -62,8 +77,13 @@ export class Runtime {
     const providers = new Map<string, ProviderState>();
     await Promise.all(
       rules.providers.map(async (rule) => {
-        const resolutions = await Promise.all(rule.credentials.map((ref) => resolver.resolve(ref)));
-        const active = resolutions.some((r) => r.secret !== undefined);
+        const refs = authRefs(rule) ?? rule.credentials;
+        const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
+        // A service account needs every part of it; a pool needs one member.
+        const active =
+          rule.auth === undefined
+            ? resolutions.some((r) => r.secret !== undefined)
+            : resolutions.every((r) => r.secret !== undefined);
         providers.set(rule.id, { rule, resolutions, active, intercepted: active || !rule.fromCatalogue });
       }),
     );

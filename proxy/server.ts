@@ -24,6 +24,7 @@ import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { createUpstreamAgent } from "./upstream.js";
+import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
 
 export const VERSION = "0.1.0";
@@ -118,6 +119,7 @@ export class Broker {
     this.#minter = new LeafMinter(ca);
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
+    this.#setUpAuth(rt);
     this.#stages = requestStages(opts.log);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     this.#adminToken = loadOrCreateAdminToken(opts.home);
@@ -182,6 +184,13 @@ export class Broker {
     });
   }
 
+  #setUpAuth(rt: Runtime): void {
+    for (const p of rt.providers.values()) {
+      const auth = createUpstreamAuth(p.rule, rt.resolver, () => this.#agent);
+      if (auth !== undefined) rt.upstreamAuth.set(p.rule.id, auth);
+    }
+  }
+
   async listen(): Promise<BrokerAddress> {
     const { host } = this.#rt.rules.listen;
     const port = this.#opts.port ?? this.#rt.rules.listen.port;
@@ -219,9 +228,11 @@ export class Broker {
   /** Swaps in a new rule set. On failure the old rules stay and the error is thrown. */
   async reload(rules: Rules): Promise<void> {
     const rt = await Broker.#buildRuntime(this.#opts, rules);
+    const agent = this.#createAgent(rt); // reads upstream_ca: may fail, before anything changes
     const old = this.#agent;
     this.#rt = rt;
-    this.#agent = this.#createAgent(rt);
+    this.#agent = agent;
+    this.#setUpAuth(rt);
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
     old.close().catch(() => {});
   }

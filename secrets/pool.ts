@@ -32,6 +32,8 @@ export interface PoolSpec {
 }
 
 const STATE_VERSION = 1;
+const MARK_SAVE_DELAY_MS = 200;
+const COUNTER_SAVE_DELAY_MS = 10_000;
 
 export class PoolState {
   readonly #path: string;
@@ -41,6 +43,7 @@ export class PoolState {
   readonly #cursor = new Map<string, number>();
   readonly #affinity = new Map<string, string>();
   #saveTimer: NodeJS.Timeout | undefined;
+  #saveDue = 0;
   #dirty = false;
 
   constructor(home: string, warn: (message: string) => void = () => {}) {
@@ -161,7 +164,7 @@ export class PoolState {
       const s = this.get(spec.provider, chosen.id);
       s.requests++;
       s.lastUsed = now;
-      this.#changed();
+      this.#changed(COUNTER_SAVE_DELAY_MS);
     }
     return chosen;
   }
@@ -238,14 +241,20 @@ export class PoolState {
     return out;
   }
 
-  #changed(): void {
+  /**
+   * Schedules a write. Marks and resets go to disk within MARK_SAVE_DELAY_MS; request counters
+   * ride along, or are written after COUNTER_SAVE_DELAY_MS (they only feed `status`). The
+   * in-memory state is authoritative at once either way.
+   */
+  #changed(delay = MARK_SAVE_DELAY_MS): void {
     this.#dirty = true;
-    if (this.#saveTimer !== undefined) return;
-    // Batched: many requests a second share one write; marks are in memory at once.
+    if (this.#saveTimer !== undefined && this.#saveDue <= Date.now() + delay) return;
+    clearTimeout(this.#saveTimer);
+    this.#saveDue = Date.now() + delay;
     this.#saveTimer = setTimeout(() => {
       this.#saveTimer = undefined;
       this.flush();
-    }, 200);
+    }, delay);
     this.#saveTimer.unref();
   }
 

@@ -4,7 +4,7 @@ import { BrokerError } from "../../core/errors.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
-import { applyCredential } from "./inject.js";
+import { applyCredential, applyHeaderRules } from "./inject.js";
 
 export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
 
@@ -17,20 +17,28 @@ export function hasAlternatives(x: Exchange): boolean {
   );
 }
 
+/** Bodies up to this size are read before the request is sent: one write upstream, not two. */
+export const SMALL_BODY = 64 * 1024;
+
 /**
- * Reads a small request body into memory so it can be sent again. Bodies of unknown length
- * or above `pool.retry_body_limit` stream as usual (a quota answer to them reaches the client).
+ * Reads the request body into memory when it is small (it has almost always arrived with the
+ * headers), or when it may have to be sent again: on another credential, after a refused
+ * service-account token, or because SigV4 signs its hash. Bodies of unknown length or above
+ * `pool.retry_body_limit` stream as usual (a quota answer to them reaches the client).
  */
-export async function bufferReplayableBody(x: Exchange): Promise<void> {
-  if (x.injection === undefined || x.body !== undefined || !hasAlternatives(x)) return;
+export async function readBody(x: Exchange): Promise<void> {
+  if (x.body !== undefined) return;
   const h = x.req.headers;
   if (h["transfer-encoding"] !== undefined) return;
   const length = Number(h["content-length"] ?? 0);
+  if (!Number.isSafeInteger(length) || length < 0) return;
   if (length === 0) {
-    x.body = Buffer.alloc(0);
+    if (x.injection !== undefined) x.body = Buffer.alloc(0);
     return;
   }
-  if (!(length <= (x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT))) return;
+  const replay = x.injection !== undefined && (hasAlternatives(x) || x.provider!.rule.auth !== undefined);
+  const limit = replay ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT) : SMALL_BODY;
+  if (length > limit) return;
   const chunks: Buffer[] = [];
   for await (const chunk of x.req) chunks.push(chunk as Buffer);
   x.body = Buffer.concat(chunks);
@@ -65,7 +73,8 @@ async function membersWithValues(x: Exchange): Promise<{ id: string; secret: Sec
 
 /** Picks a usable credential (not yet tried for this request) and writes it into the request. */
 export async function pickCredential(x: Exchange): Promise<void> {
-  if (x.injection === undefined) return;
+  // Service-account providers are authorized last, by signRequest.
+  if (x.injection === undefined || x.provider!.rule.auth !== undefined) return;
   const rule = x.provider!.rule;
   const members = (await membersWithValues(x)).filter((m) => !x.tried.has(m.id));
   const chosen = x.pools.pick(
@@ -94,4 +103,24 @@ export async function pickCredential(x: Exchange): Promise<void> {
   }
   x.tried.add(chosen.id);
   applyCredential(x, chosen.secret);
+}
+
+/** Authorizes service-account requests, after every other change to the request (SPEC §9). */
+export async function signRequest(x: Exchange): Promise<void> {
+  if (x.injection === undefined || x.provider?.rule.auth === undefined) return;
+  const auth = x.rt.upstreamAuth.get(x.provider.rule.id);
+  if (auth === undefined) throw new Error(`no authorizer for provider ${x.provider.rule.id}`);
+  // A retry starts again from the request as the client sent it.
+  x.headers.length = 0;
+  x.headers.push(...x.injection.headers);
+  x.path = x.injection.path;
+  applyHeaderRules(x);
+  await auth.authorize(x);
+}
+
+/** Everything from choosing the credential to the request being ready to leave. */
+export async function prepareAttempt(x: Exchange): Promise<void> {
+  await pickCredential(x);
+  applyHeaderRules(x);
+  await signRequest(x);
 }
