@@ -10,7 +10,7 @@ import { applyPolicy } from "./stages/apply-policy.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
-import { readBody, pickCredential, signRequest } from "./stages/pick-credential.js";
+import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
 
 export type Stage = (x: Exchange) => void | Promise<void>;
 

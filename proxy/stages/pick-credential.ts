@@ -37,7 +37,9 @@ export async function readBody(x: Exchange): Promise<void> {
     return;
   }
   const replay = x.injection !== undefined && (hasAlternatives(x) || x.provider!.rule.auth !== undefined);
-  const limit = replay ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT) : SMALL_BODY;
+  const limit = replay
+    ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT)
+    : SMALL_BODY;
   if (length > limit) return;
   const chunks: Buffer[] = [];
   for await (const chunk of x.req) chunks.push(chunk as Buffer);

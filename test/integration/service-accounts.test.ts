@@ -101,12 +101,7 @@ function fakeGoogle(u: FakeUpstream): FakeGoogle {
     const [h, c, s] = (form.get("assertion") ?? "").split(".");
     const ok =
       form.get("grant_type") === "urn:ietf:params:oauth:grant-type:jwt-bearer" &&
-      verify(
-        "RSA-SHA256",
-        Buffer.from(`${h}.${c}`),
-        publicKey,
-        Buffer.from(s ?? "", "base64url"),
-      );
+      verify("RSA-SHA256", Buffer.from(`${h}.${c}`), publicKey, Buffer.from(s ?? "", "base64url"));
     const claims = ok ? b64json(c!) : {};
     const header = ok ? b64json(h!) : {};
     const now = Date.now() / 1000;

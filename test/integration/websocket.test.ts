@@ -56,7 +56,8 @@ describe("WebSocket upgrades", () => {
     await once(ws as unknown as NodeJS.EventEmitter, "error");
     expect(f.upstream.received.length).toBe(before);
     // The warning may be written just after the refusal went out.
-    while (!f.broker.stderr().includes("possible exfiltration blocked")) await once(f.broker.child.stderr!, "data");
+    while (!f.broker.stderr().includes("possible exfiltration blocked"))
+      await once(f.broker.child.stderr!, "data");
     await dispatcher.close();
   });
 
