@@ -4,16 +4,18 @@ import { knownSecrets } from "../audit/scrub.js";
 import { UserError } from "../core/errors.js";
 import { UsageError } from "./args.js";
 import type { Command } from "./command.js";
+import { audit } from "./commands/audit.js";
 import { auth } from "./commands/auth.js";
 import { ca } from "./commands/ca.js";
 import { check } from "./commands/check.js";
 import { env } from "./commands/env.js";
 import { init } from "./commands/init.js";
+import { redact } from "./commands/redact.js";
 import { run } from "./commands/run.js";
 import { start } from "./commands/start.js";
 import { status } from "./commands/status.js";
 
-const COMMANDS: readonly Command[] = [init, start, run, env, ca, check, status, auth];
+const COMMANDS: readonly Command[] = [init, start, run, env, ca, check, status, auth, redact, audit];
 
 function usage(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));

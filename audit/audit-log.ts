@@ -1,0 +1,398 @@
+// The audit log (SPEC §12): one JSON line per decision in `$KEYBROKER_HOME/audit/audit.jsonl`,
+// hash-chained, rotated at a size cap with the chain carried across files.
+//
+// `record()` only queues: the request path never waits on the disk. A background writer
+// serializes the queue in order, passes every line through the secret scrubber, chains it and
+// appends the batch with one write. `close()` (or `flush()`) waits until everything queued is on
+// disk.
+//
+// Line format: the entry's fields, then `prev` (the previous line's `hash`; 64 zeros for the
+// first line ever) and `hash` = sha256 hex of the line's text up to `prev` included, closed
+// with `}` — that is, of the line without its `,"hash":"…"` member. A changed line no longer
+// matches its own hash; a removed, inserted or reordered line breaks the `prev` link of the line
+// that follows it.
+import { createHash } from "node:crypto";
+import type { FileHandle } from "node:fs/promises";
+import { open, rename, stat, truncate, unlink } from "node:fs/promises";
+import { join } from "node:path";
+import { ensurePrivateDir } from "../core/fs.js";
+import { knownSecrets } from "./scrub.js";
+
+export const AUDIT_DECISIONS = [
+  "injected",
+  "passthrough",
+  "blocked",
+  "retried",
+  "marked",
+  "refreshed",
+  "reauth_required",
+  "login",
+  "reset",
+  "reload",
+] as const;
+
+export type AuditDecision = (typeof AUDIT_DECISIONS)[number];
+
+/** What the request path hands to `record()`. Only `decision` is required. */
+export interface AuditEntry {
+  readonly decision: AuditDecision;
+  /** Defaults to the moment `record()` is called. */
+  readonly time?: Date | number | string;
+  readonly client?: string;
+  readonly provider?: string;
+  /** The credential's id (e.g. `OPENAI_API_KEY`), never its value. */
+  readonly credential?: string;
+  /** The credential's fingerprint (`sha256:…`, see secrets/secret.ts). */
+  readonly fingerprint?: string;
+  readonly method?: string;
+  readonly host?: string;
+  /** Path and query as sent; values of `stripParams` are removed before writing. */
+  readonly path?: string;
+  readonly status?: number;
+  /** Response body bytes received from upstream. */
+  readonly bytesIn?: number;
+  /** Request body bytes sent upstream. */
+  readonly bytesOut?: number;
+  readonly durationMs?: number;
+  /** An error code (SPEC §11) or quota reason (`insufficient_quota`, …). */
+  readonly code?: string;
+  /** Free text: why the decision was taken. */
+  readonly reason?: string;
+  /** Query parameters whose values are removed from `path` (the injected ones, e.g. `key`). */
+  readonly stripParams?: readonly string[];
+}
+
+/** A line as written: snake_case fields, absent ones omitted. */
+export interface AuditRecord {
+  readonly time: string;
+  readonly decision: AuditDecision;
+  readonly client?: string;
+  readonly provider?: string;
+  readonly credential?: string;
+  readonly fingerprint?: string;
+  readonly method?: string;
+  readonly host?: string;
+  readonly path?: string;
+  readonly status?: number;
+  readonly bytes_in?: number;
+  readonly bytes_out?: number;
+  readonly duration_ms?: number;
+  readonly code?: string;
+  readonly reason?: string;
+  readonly prev: string;
+  readonly hash: string;
+}
+
+export interface AuditLogOptions {
+  /** Rotate when the current file would grow past this many bytes (default 10 MiB). */
+  readonly maxBytes?: number;
+  /** Rotated files kept: audit.1.jsonl (newest) … audit.<keep>.jsonl (default 5). */
+  readonly keep?: number;
+  /** Query parameters stripped from every entry's path, on top of each entry's own list. */
+  readonly stripParams?: readonly string[];
+  /** The last net: every serialized line passes through it (default: the known-secret registry). */
+  readonly scrub?: (line: string) => string;
+  /** A write that failed (disk full, …). The batch is dropped; the chain stays intact. */
+  readonly onError?: (err: Error) => void;
+}
+
+export const DEFAULT_MAX_BYTES = 10 * 1024 * 1024;
+export const DEFAULT_KEEP = 5;
+export const GENESIS = "0".repeat(64);
+const HASH_SUFFIX = /,"hash":"([0-9a-f]{64})"\}$/;
+const REDACTED_PARAM = "[REDACTED]";
+
+export function auditDir(home: string): string {
+  return join(home, "audit");
+}
+
+export function currentAuditFile(home: string): string {
+  return join(auditDir(home), "audit.jsonl");
+}
+
+export function rotatedAuditFile(home: string, n: number): string {
+  return join(auditDir(home), `audit.${n}.jsonl`);
+}
+
+export function sha256(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+/**
+ * Removes the values of the named query parameters: `/v1/x?key=abc&alt=sse` with `["key"]`
+ * gives `/v1/x?key=[REDACTED]&alt=sse`. Names are compared after URL-decoding.
+ */
+export function stripQuery(path: string, params: readonly string[]): string {
+  const q = path.indexOf("?");
+  if (q === -1 || params.length === 0) return path;
+  const hashAt = path.indexOf("#", q);
+  const query = path.slice(q + 1, hashAt === -1 ? undefined : hashAt);
+  let changed = false;
+  const parts = query.split("&").map((part) => {
+    const eq = part.indexOf("=");
+    const rawName = eq === -1 ? part : part.slice(0, eq);
+    let name = rawName;
+    try {
+      name = decodeURIComponent(rawName.replace(/\+/g, " "));
+    } catch {
+      // A malformed escape: compare the raw name.
+    }
+    if (eq === -1 || !params.includes(name)) return part;
+    changed = true;
+    return `${rawName}=${REDACTED_PARAM}`;
+  });
+  if (!changed) return path;
+  return `${path.slice(0, q)}?${parts.join("&")}${hashAt === -1 ? "" : path.slice(hashAt)}`;
+}
+
+function isoTime(t: Date | number | string): string {
+  if (typeof t === "string") return t;
+  return (typeof t === "number" ? new Date(t) : t).toISOString();
+}
+
+/** The line's text without `hash`, ending with `"prev":"…"}`; `hash` is the sha256 of it. */
+function serialize(
+  entry: AuditEntry,
+  at: number,
+  strip: readonly string[],
+  scrub: (s: string) => string,
+): string {
+  const params = entry.stripParams === undefined ? strip : [...strip, ...entry.stripParams];
+  const fields = {
+    time: isoTime(entry.time ?? at),
+    decision: entry.decision,
+    client: entry.client,
+    provider: entry.provider,
+    credential: entry.credential,
+    fingerprint: entry.fingerprint,
+    method: entry.method,
+    host: entry.host,
+    path: entry.path === undefined ? undefined : stripQuery(entry.path, params),
+    status: entry.status,
+    bytes_in: entry.bytesIn,
+    bytes_out: entry.bytesOut,
+    duration_ms: entry.durationMs === undefined ? undefined : Math.round(entry.durationMs * 1000) / 1000,
+    code: entry.code,
+    reason: entry.reason,
+  };
+  // Scrubbed before `prev` is added, so a (short) secret can never corrupt the chain's hex.
+  return scrub(JSON.stringify(fields));
+}
+
+function chain(body: string, prev: string): { line: string; hash: string } {
+  const withPrev = `${body.slice(0, -1)},"prev":"${prev}"}`;
+  const hash = sha256(withPrev);
+  return { line: `${withPrev.slice(0, -1)},"hash":"${hash}"}`, hash };
+}
+
+/** The `hash` of the last complete line of a file, or undefined when it has none. */
+async function lastHashOf(path: string): Promise<string | undefined> {
+  let fh: FileHandle;
+  try {
+    fh = await open(path, "r");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+  try {
+    const { size } = await fh.stat();
+    let end = size;
+    let tail = "";
+    // Read backwards until a whole line is in hand (lines are a few hundred bytes).
+    while (end > 0) {
+      const len = Math.min(64 * 1024, end);
+      const buf = Buffer.alloc(len);
+      await fh.read(buf, 0, len, end - len);
+      end -= len;
+      tail = buf.toString("utf8") + tail;
+      const lines = tail.split("\n").filter((l) => l !== "");
+      if (lines.length >= 2 || (end === 0 && lines.length === 1)) {
+        const last = lines[lines.length - 1]!;
+        return HASH_SUFFIX.exec(last)?.[1] ?? sha256(last);
+      }
+    }
+    return undefined;
+  } finally {
+    await fh.close();
+  }
+}
+
+interface Pending {
+  readonly entry: AuditEntry;
+  readonly at: number;
+}
+
+export class AuditLog {
+  readonly home: string;
+  readonly path: string;
+  readonly #maxBytes: number;
+  readonly #keep: number;
+  readonly #strip: readonly string[];
+  readonly #scrub: (line: string) => string;
+  readonly #onError: (err: Error) => void;
+  #queue: Pending[] = [];
+  #pump: Promise<void> | undefined;
+  #fh: FileHandle | undefined;
+  #ino = 0;
+  #size = 0;
+  #lastHash = GENESIS;
+
+  constructor(home: string, opts: AuditLogOptions = {}) {
+    this.home = home;
+    this.path = currentAuditFile(home);
+    this.#maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
+    this.#keep = Math.max(0, opts.keep ?? DEFAULT_KEEP);
+    this.#strip = opts.stripParams ?? [];
+    this.#scrub = opts.scrub ?? ((line) => knownSecrets.scrub(line));
+    this.#onError =
+      opts.onError ??
+      ((err) => process.stderr.write(knownSecrets.scrub(`keybroker: audit log: ${err.message}\n`)));
+    ensurePrivateDir(auditDir(home));
+  }
+
+  /** Queues one decision. Synchronous and cheap: the disk is written in the background. */
+  record(entry: AuditEntry): void {
+    this.#queue.push({ entry, at: Date.now() });
+    this.#pump ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.#drain());
+  }
+
+  /** Entries recorded but not yet on disk. */
+  get pending(): number {
+    return this.#queue.length;
+  }
+
+  /** Resolves when everything recorded so far is on disk. */
+  async flush(): Promise<void> {
+    while (this.#pump !== undefined) await this.#pump;
+  }
+
+  /** Flushes and closes the file. A later `record()` opens it again. */
+  async close(): Promise<void> {
+    await this.flush();
+    const fh = this.#fh;
+    this.#fh = undefined;
+    await fh?.close();
+  }
+
+  async #drain(): Promise<void> {
+    try {
+      while (this.#queue.length > 0) {
+        const batch = this.#queue;
+        this.#queue = [];
+        await this.#writeBatch(batch);
+      }
+    } finally {
+      this.#pump = undefined;
+    }
+  }
+
+  async #writeBatch(batch: readonly Pending[]): Promise<void> {
+    try {
+      await this.#sync();
+      let lines: string[] = [];
+      let bytes = 0;
+      for (const { entry, at } of batch) {
+        const { line, hash } = chain(serialize(entry, at, this.#strip, this.#scrub), this.#lastHash);
+        const size = Buffer.byteLength(line) + 1;
+        if (this.#size + bytes > 0 && this.#size + bytes + size > this.#maxBytes) {
+          await this.#append(lines, bytes);
+          lines = [];
+          bytes = 0;
+          await this.#rotate();
+        }
+        lines.push(line);
+        bytes += size;
+        this.#lastHash = hash;
+      }
+      await this.#append(lines, bytes);
+    } catch (err) {
+      // Reopen before the next batch, so the chain resumes from what the disk really holds.
+      const fh = this.#fh;
+      this.#fh = undefined;
+      await fh?.close().catch(() => {});
+      this.#onError(
+        new Error(`${batch.length} audit line(s) could not be written: ${(err as Error).message}`, {
+          cause: err,
+        }),
+      );
+    }
+  }
+
+  async #append(lines: readonly string[], bytes: number): Promise<void> {
+    if (lines.length === 0) return;
+    await this.#fh!.write(lines.join("\n") + "\n");
+    this.#size += bytes;
+  }
+
+  /**
+   * Opens the current file when needed, and re-reads where the chain stands when the file is
+   * not the one we last wrote (first open, restart, another process appended or rotated).
+   */
+  async #sync(): Promise<void> {
+    let st: { ino: number; size: number } | undefined;
+    try {
+      st = await stat(this.path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    if (this.#fh !== undefined && st !== undefined && st.ino === this.#ino && st.size === this.#size) return;
+    await this.#fh?.close();
+    this.#fh = undefined;
+    if (st !== undefined && st.size > 0) await this.#dropPartialLine(st.size);
+    const fh = await open(this.path, "a", 0o600);
+    try {
+      await fh.chmod(0o600);
+      const now = await fh.stat();
+      this.#ino = now.ino;
+      this.#size = now.size;
+      this.#lastHash =
+        (await lastHashOf(this.path)) ?? (await lastHashOf(rotatedAuditFile(this.home, 1))) ?? GENESIS;
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
+    this.#fh = fh;
+  }
+
+  /** A crash in the middle of an append leaves a line without its newline: cut it off. */
+  async #dropPartialLine(size: number): Promise<void> {
+    const fh = await open(this.path, "r");
+    let keep = size;
+    try {
+      const last = Buffer.alloc(1);
+      await fh.read(last, 0, 1, size - 1);
+      if (last[0] === 0x0a) return;
+      const len = Math.min(size, 1024 * 1024);
+      const buf = Buffer.alloc(len);
+      await fh.read(buf, 0, len, size - len);
+      const nl = buf.lastIndexOf(0x0a);
+      keep = nl === -1 ? (len === size ? 0 : size) : size - len + nl + 1;
+    } finally {
+      await fh.close();
+    }
+    if (keep < size) await truncate(this.path, keep);
+  }
+
+  /** audit.jsonl → audit.1.jsonl → … → audit.<keep>.jsonl → removed. */
+  async #rotate(): Promise<void> {
+    await this.#fh?.close();
+    this.#fh = undefined;
+    const ignoreMissing = (err: NodeJS.ErrnoException) => {
+      if (err.code !== "ENOENT") throw err;
+    };
+    if (this.#keep === 0) {
+      await unlink(this.path).catch(ignoreMissing);
+    } else {
+      await unlink(rotatedAuditFile(this.home, this.#keep)).catch(ignoreMissing);
+      for (let n = this.#keep - 1; n >= 1; n--) {
+        await rename(rotatedAuditFile(this.home, n), rotatedAuditFile(this.home, n + 1)).catch(ignoreMissing);
+      }
+      await rename(this.path, rotatedAuditFile(this.home, 1));
+    }
+    const fh = await open(this.path, "a", 0o600);
+    await fh.chmod(0o600);
+    this.#ino = (await fh.stat()).ino;
+    this.#size = 0;
+    this.#fh = fh;
+  }
+}

@@ -1,0 +1,113 @@
+// `audit verify`: walks every audit file oldest → newest and checks each line's own hash and its
+// link to the line before. The first broken line is named with its file and line number.
+import { createReadStream, readdirSync } from "node:fs";
+import { basename, join } from "node:path";
+import { createInterface } from "node:readline";
+import { AUDIT_DECISIONS, type AuditRecord, auditDir, GENESIS, sha256 } from "./audit-log.js";
+
+/** The audit files that exist, oldest first: audit.<n>.jsonl … audit.1.jsonl, audit.jsonl. */
+export function listAuditFiles(home: string): string[] {
+  const dir = auditDir(home);
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+  const rotated = names
+    .map((name) => ({ name, n: /^audit\.([1-9][0-9]*)\.jsonl$/.exec(name)?.[1] }))
+    .filter((f): f is { name: string; n: string } => f.n !== undefined)
+    .sort((a, b) => Number(b.n) - Number(a.n))
+    .map((f) => join(dir, f.name));
+  return names.includes("audit.jsonl") ? [...rotated, join(dir, "audit.jsonl")] : rotated;
+}
+
+export interface AuditProblem {
+  /** The file's path. */
+  readonly file: string;
+  /** 1-based line number in that file. */
+  readonly line: number;
+  readonly problem: string;
+}
+
+export interface AuditVerifyOk {
+  readonly ok: true;
+  readonly files: readonly string[];
+  readonly lines: number;
+  /**
+   * False when the oldest kept line links to a line no longer on disk: rotation removed the
+   * files before it (or the oldest lines were cut off, which the chain cannot tell apart).
+   */
+  readonly fromGenesis: boolean;
+}
+
+export interface AuditVerifyFailure extends AuditProblem {
+  readonly ok: false;
+  readonly files: readonly string[];
+  /** Lines verified before the broken one. */
+  readonly lines: number;
+}
+
+export type AuditVerifyResult = AuditVerifyOk | AuditVerifyFailure;
+
+/** `{…,"prev":"<hex>"` then `,"hash":"<hex>"}`: the hash covers the first part closed with `}`. */
+const LINE = /^(\{.*,"prev":"[0-9a-f]{64}"),"hash":"([0-9a-f]{64})"\}$/;
+
+/** The record of one line, or why it is not a valid audit line. */
+export function parseAuditLine(text: string): { record: AuditRecord } | { problem: string } {
+  if (text === "") return { problem: "empty line" };
+  const m = LINE.exec(text);
+  if (m === null) return { problem: "not an audit line (no prev and hash at its end)" };
+  let record: AuditRecord;
+  try {
+    record = JSON.parse(text) as AuditRecord;
+  } catch {
+    return { problem: "not valid JSON" };
+  }
+  if (typeof record !== "object" || record === null || !AUDIT_DECISIONS.includes(record.decision)) {
+    return { problem: "not an audit line (unknown decision)" };
+  }
+  if (sha256(m[1]! + "}") !== m[2]) {
+    return { problem: "line was changed: its content does not match its hash" };
+  }
+  return { record };
+}
+
+/**
+ * Checks the whole chain. The first line of the oldest file may link to a line that rotation
+ * already removed; every other `prev` must equal the `hash` of the line before, across files.
+ */
+export async function verifyAudit(home: string): Promise<AuditVerifyResult> {
+  const files = listAuditFiles(home);
+  let prevHash: string | undefined;
+  let prevWhere = "";
+  let count = 0;
+  let fromGenesis = true;
+  for (const file of files) {
+    const lines = createInterface({ input: createReadStream(file), crlfDelay: Number.POSITIVE_INFINITY });
+    let n = 0;
+    for await (const text of lines) {
+      n++;
+      const parsed = parseAuditLine(text);
+      const fail = (problem: string): AuditVerifyResult => {
+        lines.close();
+        return { ok: false, files, lines: count, file, line: n, problem };
+      };
+      if ("problem" in parsed) return fail(parsed.problem);
+      const { record } = parsed;
+      if (prevHash === undefined) {
+        fromGenesis = record.prev === GENESIS;
+      } else if (record.prev !== prevHash) {
+        return fail(
+          `chain broken: prev does not match the hash of the line before (${prevWhere}); ` +
+            "a line was removed, inserted or reordered here",
+        );
+      }
+      prevHash = record.hash;
+      prevWhere = `${basename(file)} line ${n}`;
+      count++;
+    }
+  }
+  return { ok: true, files, lines: count, fromGenesis };
+}

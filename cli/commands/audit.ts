@@ -1,0 +1,115 @@
+import { basename } from "node:path";
+import { auditDir } from "../../audit/audit-log.js";
+import { AuditFollower, formatAuditLine, lastAuditLines } from "../../audit/audit-tail.js";
+import { verifyAudit } from "../../audit/audit-verify.js";
+import { COMMON_HELP, parse, UsageError } from "../args.js";
+import type { Command } from "../command.js";
+import { type Context, createContext } from "../context.js";
+
+const DEFAULT_LINES = 10;
+
+export const audit: Command = {
+  name: "audit",
+  summary: "show the audit log (tail [-f]) or check its hash chain (verify)",
+  help: `Usage: keybroker audit verify [--home DIR]
+       keybroker audit tail [-f] [--json] [-n N] [--home DIR]
+
+The audit log is $KEYBROKER_HOME/audit/audit.jsonl (0600, folder 0700): one JSON line per
+decision (injected, passthrough, blocked, retried, marked, refreshed, reauth_required, login,
+reset, reload) with the client, provider, credential id and fingerprint (never the value),
+request, status, bytes and duration. Each line carries the hash of the line before it. Files are
+rotated at 10 MiB (audit.1.jsonl is the newest rotated file, 5 are kept), the chain carried
+across files.
+
+  verify          checks every line, oldest file first: a changed line no longer matches its
+                  hash; a removed, inserted or reordered line breaks the link of the line after
+                  it. Exit 0 with the number of lines when intact, 1 naming the first bad line.
+  tail            the last lines, one readable line each: time, decision, client → provider,
+                  method host path, status
+    -n, --lines N   how many lines to show first (default ${DEFAULT_LINES}; 0 for none)
+    -f, --follow    keep printing new lines as they are written, across rotation (Ctrl-C stops)
+    --json          print the raw JSON lines instead
+
+${COMMON_HELP}`,
+  async run(argv) {
+    const { values, positionals } = parse(
+      argv,
+      {
+        follow: { type: "boolean", short: "f" },
+        json: { type: "boolean" },
+        lines: { type: "string", short: "n" },
+      },
+      true,
+    );
+    const [action, ...extra] = positionals;
+    if (action === undefined) throw new UsageError("say which: audit verify, or audit tail");
+    if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+    const ctx = createContext(values);
+    if (action === "verify") {
+      for (const flag of ["follow", "json", "lines"] as const) {
+        if (values[flag] !== undefined)
+          throw new UsageError(`--${flag} is an option of audit tail, not verify`);
+      }
+      return verify(ctx);
+    }
+    if (action !== "tail") throw new UsageError(`unknown action "${action}": use verify or tail`);
+    let count = DEFAULT_LINES;
+    if (values.lines !== undefined) {
+      if (!/^[0-9]+$/.test(values.lines))
+        throw new UsageError(`-n needs a whole number, not "${values.lines}"`);
+      count = Number(values.lines);
+    }
+    const print = values.json === true ? (line: string) => line : formatAuditLine;
+    if (values.follow !== true) {
+      for (const line of await lastAuditLines(ctx.home, count)) ctx.out(print(line));
+      return 0;
+    }
+    return follow(ctx, count, print);
+  },
+};
+
+async function verify(ctx: Context): Promise<number> {
+  const result = await verifyAudit(ctx.home);
+  if (!result.ok) {
+    ctx.err(
+      `audit log broken at ${basename(result.file)} line ${result.line}: ${result.problem}\n` +
+        `(${result.lines} line(s) before it verified; files in ${auditDir(ctx.home)})`,
+    );
+    return 1;
+  }
+  if (result.files.length === 0) {
+    ctx.out(`audit log intact: 0 lines (no audit file yet in ${auditDir(ctx.home)})`);
+    return 0;
+  }
+  ctx.out(
+    `audit log intact: ${result.lines} line(s) in ${result.files.length} file(s) (${result.files.map((f) => basename(f)).join(", ")})`,
+  );
+  if (!result.fromGenesis) {
+    ctx.out("note: the oldest kept line continues a file that rotation has removed");
+  }
+  return 0;
+}
+
+async function follow(ctx: Context, count: number, print: (line: string) => string): Promise<number> {
+  let closed = false;
+  const follower = new AuditFollower(ctx.home, {
+    last: count,
+    onLine: (line) => {
+      if (!closed) process.stdout.write(print(line) + "\n");
+    },
+  });
+  const done = new Promise<void>((resolve) => {
+    const stop = () => {
+      closed = true;
+      resolve();
+    };
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+    // The reader went away (`| head`): stop quietly.
+    process.stdout.on("error", stop);
+  });
+  await follower.start();
+  await done;
+  await follower.stop();
+  return 0;
+}

@@ -1,0 +1,277 @@
+// Response scrubbing (SPEC §3.3): an upstream that echoes the real credential back (an error
+// body quoting the key, a debug endpoint listing request headers, a redirect carrying `?key=`)
+// must never show it to the agent. Every form of the secret is replaced in the streamed body and
+// in the response headers, streaming-safe: a match split across chunks is caught, while a chunk
+// whose tail cannot start a match goes out at once, untouched.
+//
+// Work is on bytes (a multi-byte UTF-8 character split across chunks passes through intact),
+// with one `Buffer.indexOf` (memmem) per form and chunk: a 200-byte SSE chunk costs about a
+// microsecond when nothing matches.
+import type { IncomingHttpHeaders } from "node:http";
+
+/** One secret to hide, and the client's placeholder that takes its place. */
+export interface ScrubPair {
+  readonly secret: string;
+  readonly replacement: string;
+}
+
+interface Form {
+  readonly bytes: Buffer;
+  readonly replacement: Buffer;
+}
+
+/** Shorter values cannot be scrubbed without mangling ordinary text (same floor as audit/scrub.ts). */
+const MIN_SECRET_LENGTH = 4;
+/** A base64 core shorter than this would match ordinary base64 by chance. */
+const MIN_BASE64_CORE = 8;
+/** What a base64-embedded secret decodes to after scrubbing: `*` bytes of the same length. */
+const MASK_BYTE = 0x2a;
+const EMPTY = Buffer.alloc(0);
+
+type Encoder = (value: string) => string;
+
+const hex = (c: string): string =>
+  [...Buffer.from(c)].map((b) => "%" + b.toString(16).toUpperCase().padStart(2, "0")).join("");
+const json: Encoder = (v) => JSON.stringify(v).slice(1, -1);
+/** RFC 3986 strict: everything but unreserved characters (Python's `quote(safe="")`). */
+const urlStrict: Encoder = (v) => v.replace(/[^A-Za-z0-9\-._~]/gu, hex);
+const lowerHex = (v: string): string => v.replace(/%[0-9A-F]{2}/g, (m) => m.toLowerCase());
+
+/**
+ * The textual forms a value takes in a response, in order of preference for the replacement:
+ * raw; JSON-escaped (plain, with `\/` as PHP writes it, HTML-safe as Go writes it, ASCII-only as
+ * Python writes it); URL-encoded (JavaScript's `encodeURIComponent`, RFC 3986 strict, Python's
+ * `quote` that keeps `/`, `+` for spaces, lower-case hex).
+ */
+const TEXT_ENCODERS: readonly Encoder[] = [
+  (v) => v,
+  json,
+  (v) => json(v).replace(/\//g, "\\/"),
+  (v) => json(v).replace(/[<>&]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0")),
+  (v) => json(v).replace(/[\u007f-\uffff]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0")),
+  encodeURIComponent,
+  urlStrict,
+  (v) => urlStrict(v).replace(/%2F/g, "/"),
+  (v) => encodeURIComponent(v).replace(/%20/g, "+"),
+  (v) => lowerHex(encodeURIComponent(v)),
+  (v) => lowerHex(urlStrict(v)),
+];
+
+/**
+ * The value's base64 inside a longer base64 text (Basic credentials echoed in a JSON body, a
+ * base64 blob holding the key) depends on its offset modulo 3. For each alignment, the "core" is
+ * the run of base64 characters made of the value's bits alone; the one or two characters at each
+ * edge mix in the neighbours' bits and cannot be known in advance.
+ *
+ * The core is replaced by the core of a same-length run of `*` at the same alignment: the text
+ * keeps its length and alignment, so everything around still decodes as before, and the secret
+ * decodes to `****` (the edge characters keep at most 4 bits of the first and last byte). A
+ * same-alignment encoding of the placeholder would shift every later byte whenever the lengths
+ * differ modulo 3, garbling the rest of the blob.
+ */
+function base64Forms(secret: Buffer): Form[] {
+  const mask = Buffer.alloc(secret.length, MASK_BYTE);
+  const forms: Form[] = [];
+  for (const url of [false, true]) {
+    const encoding = url ? "base64url" : "base64";
+    for (let shift = 0; shift < 3; shift++) {
+      const pad = Buffer.alloc(shift);
+      const b64 = Buffer.concat([pad, secret]).toString(encoding);
+      const masked = Buffer.concat([pad, mask]).toString(encoding);
+      // Character i holds bits [6i, 6i+6); the value holds bits [8·shift, 8·(shift+length)).
+      const start = Math.ceil((shift * 4) / 3);
+      const end = Math.floor(((shift + secret.length) * 4) / 3);
+      const core = b64.slice(start, end);
+      if (core.length < MIN_BASE64_CORE) continue;
+      forms.push({
+        bytes: Buffer.from(core, "latin1"),
+        replacement: Buffer.from(masked.slice(start, end), "latin1"),
+      });
+    }
+  }
+  return forms;
+}
+
+/**
+ * The compiled forms of a set of secrets: build it once per (secrets, placeholder) and reuse it
+ * for every response; a `ResponseScrubber` per response only holds the stream's state.
+ */
+export class ScrubPatterns {
+  readonly #forms: readonly Form[];
+  /** Forms by their first byte, for the tail check. */
+  readonly #byFirst: (Form[] | undefined)[] = new Array(256);
+  /** Longest form length − 1: the most a stream ever holds back. */
+  readonly holdback: number;
+
+  constructor(pairs: readonly ScrubPair[]) {
+    const seen = new Set<string>();
+    const forms: Form[] = [];
+    const add = (bytes: Buffer, replacement: Buffer) => {
+      const key = bytes.toString("latin1");
+      if (bytes.length === 0 || seen.has(key)) return;
+      seen.add(key);
+      forms.push({ bytes, replacement });
+    };
+    for (const { secret, replacement } of pairs) {
+      if (secret.length < MIN_SECRET_LENGTH || secret === replacement) continue;
+      for (const encode of TEXT_ENCODERS) {
+        add(Buffer.from(encode(secret)), Buffer.from(encode(replacement)));
+      }
+      for (const f of base64Forms(Buffer.from(secret))) add(f.bytes, f.replacement);
+    }
+    // Longest first: at one position the longest form wins, as a regex alternation sorted so.
+    forms.sort((a, b) => b.bytes.length - a.bytes.length);
+    this.#forms = forms;
+    for (const f of forms) {
+      const first = f.bytes[0]!;
+      const bucket = this.#byFirst[first] ?? [];
+      bucket.push(f);
+      this.#byFirst[first] = bucket;
+    }
+    this.holdback = forms.length === 0 ? 0 : forms[0]!.bytes.length - 1;
+  }
+
+  /** False when there is nothing to scrub (no secret long enough): skip the scrubber. */
+  get active(): boolean {
+    return this.#forms.length > 0;
+  }
+
+  /** The number of byte patterns searched for (every form of every secret). */
+  get size(): number {
+    return this.#forms.length;
+  }
+
+  /**
+   * Where the bytes that must wait for the next chunk begin: the first position at or after
+   * `from`, within the last `holdback` bytes, whose remainder is a proper prefix of some form.
+   */
+  holdStart(data: Buffer, from: number): number {
+    const len = data.length;
+    for (let p = Math.max(from, len - this.holdback); p < len; p++) {
+      const candidates = this.#byFirst[data[p]!];
+      if (candidates === undefined) continue;
+      const rest = len - p;
+      for (const f of candidates) {
+        if (f.bytes.length > rest && data.compare(f.bytes, 0, rest, p, len) === 0) return p;
+      }
+    }
+    return len;
+  }
+
+  /**
+   * Replaces every form found in `data` that starts before `limit` (the hold point; `final`
+   * means the stream ended and nothing is held). Returns the bytes to send and the new hold point.
+   */
+  replace(data: Buffer, final: boolean, next: Int32Array): { out: Buffer; hold: number } {
+    const forms = this.#forms;
+    let hold = final ? data.length : this.holdStart(data, 0);
+    for (let i = 0; i < forms.length; i++) next[i] = data.indexOf(forms[i]!.bytes, 0);
+    const pieces: Buffer[] = [];
+    let cursor = 0;
+    for (;;) {
+      let best = -1;
+      let bestAt = Number.POSITIVE_INFINITY;
+      for (let i = 0; i < forms.length; i++) {
+        let at = next[i]!;
+        if (at !== -1 && at < cursor) {
+          at = data.indexOf(forms[i]!.bytes, cursor);
+          next[i] = at;
+        }
+        if (at !== -1 && at < bestAt) {
+          best = i;
+          bestAt = at;
+        }
+      }
+      if (best === -1 || bestAt >= hold) break;
+      const form = forms[best]!;
+      if (bestAt > cursor) pieces.push(data.subarray(cursor, bestAt));
+      pieces.push(form.replacement);
+      cursor = bestAt + form.bytes.length;
+      // A match that runs past the hold point is complete and final: hold only what follows it.
+      if (!final && cursor > hold) hold = this.holdStart(data, cursor);
+    }
+    if (cursor === 0) return { out: hold === data.length ? data : data.subarray(0, hold), hold };
+    if (hold > cursor) pieces.push(data.subarray(cursor, hold));
+    return { out: Buffer.concat(pieces), hold };
+  }
+
+  /** Scrubs one complete text, e.g. a response header value. */
+  scrubText(value: string): string {
+    if (this.#forms.length === 0) return value;
+    const bytes = Buffer.from(value);
+    const { out } = this.replace(bytes, true, new Int32Array(this.#forms.length));
+    return out === bytes ? value : out.toString();
+  }
+
+  /** Scrubs a whole buffer (a held-back error body). Returns `data` itself when nothing matched. */
+  scrubBuffer(data: Buffer): Buffer {
+    if (this.#forms.length === 0) return data;
+    return this.replace(data, true, new Int32Array(this.#forms.length)).out;
+  }
+}
+
+/**
+ * The scrubber of one response body: `push` each chunk as it arrives and send what it returns
+ * (possibly empty, never more than `holdback` bytes short of what came in), then send `end()`.
+ * The output equals scrubbing the whole body at once.
+ */
+export class ResponseScrubber {
+  readonly patterns: ScrubPatterns;
+  #held: Buffer = EMPTY;
+  readonly #next: Int32Array;
+
+  constructor(patterns: ScrubPatterns | readonly ScrubPair[]) {
+    this.patterns = patterns instanceof ScrubPatterns ? patterns : new ScrubPatterns(patterns);
+    this.#next = new Int32Array(this.patterns.size);
+  }
+
+  /** The bytes safe to send now. Returns `chunk` itself when nothing matched or is held. */
+  push(chunk: Buffer): Buffer {
+    if (!this.patterns.active) return chunk;
+    const data = this.#held.length === 0 ? chunk : Buffer.concat([this.#held, chunk]);
+    const { out, hold } = this.patterns.replace(data, false, this.#next);
+    // Copy the (small) tail so the chunk it came from can be freed.
+    this.#held = hold === data.length ? EMPTY : Buffer.from(data.subarray(hold));
+    return out;
+  }
+
+  /** The held-back tail, scrubbed: send it last. */
+  end(): Buffer {
+    if (this.#held.length === 0) return EMPTY;
+    const data = this.#held;
+    this.#held = EMPTY;
+    return this.patterns.replace(data, true, this.#next).out;
+  }
+
+  /** Bytes currently held back waiting for the next chunk. */
+  get pending(): number {
+    return this.#held.length;
+  }
+
+  scrubHeaderValue(value: string): string {
+    return this.patterns.scrubText(value);
+  }
+}
+
+/**
+ * Response headers with every secret form replaced. Returns `headers` itself when nothing
+ * matched (the common case allocates nothing).
+ */
+export function scrubHeaders(patterns: ScrubPatterns, headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  if (!patterns.active) return headers;
+  let copy: IncomingHttpHeaders | undefined;
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    const scrubbed = Array.isArray(value)
+      ? value.map((v) => patterns.scrubText(v))
+      : patterns.scrubText(value);
+    const changed = Array.isArray(value)
+      ? (scrubbed as string[]).some((v, i) => v !== value[i])
+      : scrubbed !== value;
+    if (changed) {
+      copy ??= { ...headers };
+      copy[name] = scrubbed as string & string[];
+    }
+  }
+  return copy ?? headers;
+}

@@ -1,0 +1,288 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  AuditLog,
+  type AuditRecord,
+  auditDir,
+  currentAuditFile,
+  GENESIS,
+  rotatedAuditFile,
+  stripQuery,
+} from "../../../audit/audit-log.js";
+import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
+import { knownSecrets } from "../../../audit/scrub.js";
+
+const homes: string[] = [];
+function home(): string {
+  const h = mkdtempSync(join(tmpdir(), "kb-audit-"));
+  homes.push(h);
+  return h;
+}
+afterEach(() => {
+  for (const h of homes.splice(0)) rmSync(h, { recursive: true, force: true });
+});
+
+function lines(path: string): string[] {
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter((l) => l !== "");
+}
+function records(path: string): AuditRecord[] {
+  return lines(path).map((l) => JSON.parse(l) as AuditRecord);
+}
+
+async function writeEntries(h: string, n: number, opts: ConstructorParameters<typeof AuditLog>[1] = {}) {
+  const log = new AuditLog(h, opts);
+  for (let i = 0; i < n; i++) {
+    log.record({
+      decision: "injected",
+      client: "default",
+      provider: "openai",
+      credential: "OPENAI_API_KEY",
+      fingerprint: "sha256:0123456789ab",
+      method: "POST",
+      host: "api.openai.com",
+      path: `/v1/chat/completions?n=${i}`,
+      status: 200,
+      bytesIn: 1000 + i,
+      bytesOut: 200,
+      durationMs: 12.5,
+    });
+  }
+  await log.close();
+}
+
+describe("AuditLog", () => {
+  it("writes one chained JSON line per decision with the SPEC's fields", async () => {
+    const h = home();
+    await writeEntries(h, 3);
+    const recs = records(currentAuditFile(h));
+    expect(recs).toHaveLength(3);
+    expect(recs[0]).toMatchObject({
+      decision: "injected",
+      client: "default",
+      provider: "openai",
+      credential: "OPENAI_API_KEY",
+      fingerprint: "sha256:0123456789ab",
+      method: "POST",
+      host: "api.openai.com",
+      path: "/v1/chat/completions?n=0",
+      status: 200,
+      bytes_in: 1000,
+      bytes_out: 200,
+      duration_ms: 12.5,
+      prev: GENESIS,
+    });
+    expect(Date.parse(recs[0]!.time)).not.toBeNaN();
+    expect(recs[1]!.prev).toBe(recs[0]!.hash);
+    expect(recs[2]!.prev).toBe(recs[1]!.hash);
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3, fromGenesis: true });
+  });
+
+  it("creates the folder 0700 and the files 0600, rotated ones included", async () => {
+    const h = home();
+    await writeEntries(h, 20, { maxBytes: 1500, keep: 2 });
+    expect(statSync(auditDir(h)).mode & 0o777).toBe(0o700);
+    const files = listAuditFiles(h);
+    expect(files.length).toBe(3);
+    for (const f of files) expect(statSync(f).mode & 0o777, f).toBe(0o600);
+  });
+
+  it("removes the values of injected query parameters and scrubs known secrets from every line", async () => {
+    const h = home();
+    const secret = "AIzaSyD-audit-test-secret-0123456789";
+    knownSecrets.add(secret);
+    const log = new AuditLog(h, { stripParams: ["key"] });
+    log.record({
+      decision: "blocked",
+      method: "GET",
+      host: "evil.example",
+      path: `/collect?key=${secret}&q=1&api_key=x`,
+      code: "placeholder_host_mismatch",
+      reason: `upstream said: invalid key ${secret}`,
+      stripParams: ["api_key"],
+    });
+    await log.close();
+    const text = readFileSync(currentAuditFile(h), "utf8");
+    expect(text).not.toContain(secret);
+    const [rec] = records(currentAuditFile(h));
+    expect(rec!.path).toBe("/collect?key=[REDACTED]&q=1&api_key=[REDACTED]");
+    expect(rec!.reason).toBe("upstream said: invalid key [REDACTED]");
+    expect((await verifyAudit(h)).ok).toBe(true);
+  });
+
+  it("only queues in record(): the line is written in the background, and close() flushes all", async () => {
+    const h = home();
+    const log = new AuditLog(h);
+    for (let i = 0; i < 500; i++) log.record({ decision: "passthrough", host: `h${i}.example` });
+    expect(log.pending).toBe(500);
+    expect(existsSync(currentAuditFile(h))).toBe(false);
+    await log.close();
+    expect(log.pending).toBe(0);
+    const recs = records(currentAuditFile(h));
+    expect(recs.map((r) => r.host)).toEqual(Array.from({ length: 500 }, (_, i) => `h${i}.example`));
+  });
+
+  it("writes again after close(), continuing the chain", async () => {
+    const h = home();
+    const log = new AuditLog(h);
+    log.record({ decision: "reload", reason: "rules changed" });
+    await log.close();
+    log.record({ decision: "reset", provider: "openai" });
+    await log.close();
+    expect(lines(currentAuditFile(h))).toHaveLength(2);
+    expect((await verifyAudit(h)).ok).toBe(true);
+  });
+
+  it("continues the chain across restarts", async () => {
+    const h = home();
+    await writeEntries(h, 2);
+    const last = records(currentAuditFile(h))[1]!;
+    await writeEntries(h, 2);
+    const recs = records(currentAuditFile(h));
+    expect(recs).toHaveLength(4);
+    expect(recs[2]!.prev).toBe(last.hash);
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 4 });
+  });
+
+  it("keeps the chain when another writer appended in between", async () => {
+    const h = home();
+    const a = new AuditLog(h);
+    const b = new AuditLog(h);
+    a.record({ decision: "reload" });
+    await a.flush();
+    b.record({ decision: "login", provider: "codex-oauth" });
+    await b.flush();
+    a.record({ decision: "reset", provider: "openai" });
+    await a.close();
+    await b.close();
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3 });
+  });
+
+  it("cuts off a line left half-written by a crash before appending", async () => {
+    const h = home();
+    await writeEntries(h, 2);
+    const path = currentAuditFile(h);
+    writeFileSync(path, readFileSync(path, "utf8") + '{"time":"2026-01-01T00:00:00.000Z","decis', {
+      flag: "w",
+    });
+    await writeEntries(h, 1);
+    expect(lines(path)).toHaveLength(3);
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3 });
+  });
+});
+
+describe("rotation", () => {
+  it("rotates at the size cap, keeps `keep` files, and carries the chain across them", async () => {
+    const h = home();
+    const maxBytes = 2000;
+    await writeEntries(h, 60, { maxBytes, keep: 3 });
+    const files = listAuditFiles(h);
+    expect(files.map((f) => f.slice(auditDir(h).length + 1))).toEqual([
+      "audit.3.jsonl",
+      "audit.2.jsonl",
+      "audit.1.jsonl",
+      "audit.jsonl",
+    ]);
+    expect(existsSync(rotatedAuditFile(h, 4))).toBe(false);
+    for (const f of files) expect(statSync(f).size).toBeLessThanOrEqual(maxBytes);
+    // The first line of each newer file links to the last line of the file before it.
+    for (let i = 1; i < files.length; i++) {
+      const older = records(files[i - 1]!);
+      expect(records(files[i]!)[0]!.prev).toBe(older[older.length - 1]!.hash);
+    }
+    // The newest line is the last entry written.
+    const current = records(currentAuditFile(h));
+    expect(current[current.length - 1]!.path).toBe("/v1/chat/completions?n=59");
+    const result = await verifyAudit(h);
+    const kept = files.reduce((n, f) => n + lines(f).length, 0);
+    expect(result).toMatchObject({ ok: true, lines: kept, fromGenesis: false });
+  });
+
+  it("continues after a restart whose current file was just rotated away", async () => {
+    const h = home();
+    await writeEntries(h, 10, { maxBytes: 1500 });
+    const rotated = records(rotatedAuditFile(h, 1));
+    writeFileSync(currentAuditFile(h), "");
+    await writeEntries(h, 1, { maxBytes: 1500 });
+    expect(records(currentAuditFile(h))[0]!.prev).toBe(rotated[rotated.length - 1]!.hash);
+    expect((await verifyAudit(h)).ok).toBe(true);
+  });
+
+  it("names the first line of the next file when a rotated file is missing", async () => {
+    const h = home();
+    await writeEntries(h, 40, { maxBytes: 1500, keep: 5 });
+    rmSync(rotatedAuditFile(h, 2));
+    const result = await verifyAudit(h);
+    expect(result).toMatchObject({ ok: false, file: rotatedAuditFile(h, 1), line: 1 });
+  });
+});
+
+describe("verifyAudit names the first bad line", () => {
+  async function tampered(edit: (ls: string[]) => string[]) {
+    const h = home();
+    await writeEntries(h, 6);
+    const path = currentAuditFile(h);
+    writeFileSync(path, edit(lines(path)).join("\n") + "\n");
+    return { h, path, result: await verifyAudit(h) };
+  }
+
+  it("an edited line", async () => {
+    const { path, result } = await tampered((ls) =>
+      ls.map((l, i) => (i === 2 ? l.replace('"status":200', '"status":201') : l)),
+    );
+    expect(result).toMatchObject({ ok: false, file: path, line: 3, lines: 2 });
+    if (!result.ok) expect(result.problem).toMatch(/changed/);
+  });
+
+  it("an edited last line", async () => {
+    const { result } = await tampered((ls) =>
+      ls.map((l, i) => (i === 5 ? l.replace('"client":"default"', '"client":"cron"') : l)),
+    );
+    expect(result).toMatchObject({ ok: false, line: 6 });
+  });
+
+  it("a deleted line", async () => {
+    const { result } = await tampered((ls) => ls.filter((_, i) => i !== 3));
+    expect(result).toMatchObject({ ok: false, line: 4 });
+    if (!result.ok) expect(result.problem).toMatch(/removed, inserted or reordered/);
+  });
+
+  it("reordered lines", async () => {
+    const { result } = await tampered((ls) => [ls[0]!, ls[2]!, ls[1]!, ...ls.slice(3)]);
+    expect(result).toMatchObject({ ok: false, line: 2 });
+  });
+
+  it("an inserted copy of a valid line", async () => {
+    const { result } = await tampered((ls) => [...ls.slice(0, 4), ls[1]!, ...ls.slice(4)]);
+    expect(result).toMatchObject({ ok: false, line: 5 });
+  });
+
+  it("an inserted forged line", async () => {
+    const { result } = await tampered((ls) => [...ls.slice(0, 2), '{"decision":"injected"}', ...ls.slice(2)]);
+    expect(result).toMatchObject({ ok: false, line: 3 });
+  });
+
+  it("an empty line", async () => {
+    const { result } = await tampered((ls) => [...ls.slice(0, 2), "", ...ls.slice(2)]);
+    expect(result).toMatchObject({ ok: false, line: 3 });
+  });
+
+  it("an empty home is intact with zero lines", async () => {
+    expect(await verifyAudit(home())).toMatchObject({ ok: true, lines: 0, files: [] });
+  });
+});
+
+describe("stripQuery", () => {
+  it("removes only the named parameters' values", () => {
+    expect(stripQuery("/v1/models?key=abc&alt=sse", ["key"])).toBe("/v1/models?key=[REDACTED]&alt=sse");
+    expect(stripQuery("/v1/models?alt=sse&%6Bey=abc#frag", ["key"])).toBe(
+      "/v1/models?alt=sse&%6Bey=[REDACTED]#frag",
+    );
+    expect(stripQuery("/v1/models?keys=abc&key", ["key"])).toBe("/v1/models?keys=abc&key");
+    expect(stripQuery("/v1/models", ["key"])).toBe("/v1/models");
+    expect(stripQuery("/v1/models?key=abc", [])).toBe("/v1/models?key=abc");
+  });
+});

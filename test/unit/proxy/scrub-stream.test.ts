@@ -1,0 +1,245 @@
+import { describe, expect, it } from "vitest";
+import { ResponseScrubber, ScrubPatterns, scrubHeaders } from "../../../proxy/scrub-stream.js";
+
+// Characters that JSON and URL encoding both change, as in AWS secret keys.
+const SECRET = 'wJalrXUtnFEMI/K7MDENG+bPxRfiCY"EXAMPLE\\KEY 42';
+const PLACEHOLDER = "kb-kbph-0123456789ABCDEFGHIJabcdefghij";
+const OPENAI = "sk-real-openai-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4";
+const OPENAI_PH = "sk-kb-kbph-AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+
+const patterns = new ScrubPatterns([
+  { secret: SECRET, replacement: PLACEHOLDER },
+  { secret: OPENAI, replacement: OPENAI_PH },
+]);
+
+/** The forms a leak could take in a response body. */
+function leakForms(secret: string): string[] {
+  return [
+    secret,
+    JSON.stringify(secret).slice(1, -1),
+    encodeURIComponent(secret),
+    encodeURIComponent(secret).toLowerCase(),
+    Buffer.from(secret).toString("base64"),
+  ];
+}
+
+function expectClean(text: string): void {
+  for (const secret of [SECRET, OPENAI]) {
+    for (const form of leakForms(secret)) expect(text).not.toContain(form);
+  }
+}
+
+function streamed(chunks: readonly Buffer[], p: ScrubPatterns = patterns): Buffer {
+  const s = new ResponseScrubber(p);
+  const out = chunks.map((c) => s.push(c));
+  out.push(s.end());
+  return Buffer.concat(out);
+}
+
+const BODY = Buffer.from(
+  [
+    `{"error":{"message":${JSON.stringify(`Incorrect API key provided: ${SECRET}.`)},"code":"invalid_api_key"}}`,
+    `<a href="https://example.com/cb?key=${encodeURIComponent(SECRET)}&alt=sse">next</a>`,
+    `data: {"delta":"héllo wörld 日本語 🎉 ${OPENAI} ✓"}`,
+    `{"echo":${JSON.stringify(OPENAI)},"php":"${JSON.stringify(SECRET).slice(1, -1).replace(/\//g, "\\/")}"}`,
+  ].join("\n"),
+);
+
+describe("ResponseScrubber: echoes in bodies", () => {
+  it("replaces an echo in an escaped JSON error body with the placeholder, keeping valid JSON", () => {
+    const body = Buffer.from(
+      JSON.stringify({ error: { message: `Incorrect API key provided: ${SECRET}`, type: "auth" } }),
+    );
+    const out = streamed([body]).toString();
+    expectClean(out);
+    const parsed = JSON.parse(out) as { error: { message: string } };
+    expect(parsed.error.message).toBe(`Incorrect API key provided: ${PLACEHOLDER}`);
+  });
+
+  it("replaces URL-encoded forms (upper- and lower-case hex, + for space) with the encoded placeholder", () => {
+    const forms = [
+      encodeURIComponent(SECRET),
+      encodeURIComponent(SECRET).replace(/%[0-9A-F]{2}/g, (m) => m.toLowerCase()),
+      encodeURIComponent(SECRET).replace(/%20/g, "+"),
+    ];
+    for (const form of forms) {
+      const out = streamed([Buffer.from(`Location: /cb?key=${form}&x=1`)]).toString();
+      expect(out, form).toBe(`Location: /cb?key=${encodeURIComponent(PLACEHOLDER)}&x=1`);
+    }
+  });
+
+  it("replaces the PHP-style JSON form with escaped slashes", () => {
+    const php = JSON.stringify(SECRET).slice(1, -1).replace(/\//g, "\\/");
+    const out = streamed([Buffer.from(`{"k":"${php}"}`)]).toString();
+    expect(out).toBe(`{"k":"${PLACEHOLDER}"}`);
+  });
+
+  it("leaves a body without any secret byte-for-byte unchanged", () => {
+    const body = Buffer.from('{"choices":[{"delta":{"content":"sk-ish words, keys and wJal…"}}]}');
+    expect(streamed([body]).equals(body)).toBe(true);
+  });
+});
+
+describe("ResponseScrubber: base64 forms", () => {
+  // Three alignments of the secret inside a longer base64 text, in both alphabets.
+  for (const prefix of ["", "a", "ab", "user:", "x-access-token:"]) {
+    for (const encoding of ["base64", "base64url"] as const) {
+      it(`masks the secret in ${encoding} after ${JSON.stringify(prefix)} (offset ${prefix.length % 3})`, () => {
+        const suffix = "|trailing text, still readable";
+        const plain = Buffer.from(prefix + SECRET + suffix);
+        const b64 = plain.toString(encoding);
+        const out = streamed([Buffer.from(`{"blob":"${b64}"}`)]).toString();
+        const scrubbed = /"blob":"([^"]*)"/.exec(out)![1]!;
+        // Same length, so the rest of the blob still decodes as before.
+        expect(scrubbed.length).toBe(b64.length);
+        const decoded = Buffer.from(scrubbed, encoding).toString("latin1");
+        expect(decoded.startsWith(prefix)).toBe(true);
+        expect(decoded.endsWith(suffix)).toBe(true);
+        const middle = decoded.slice(prefix.length, prefix.length + SECRET.length);
+        // Only the edge bytes keep a few bits of the secret; no character run of it survives.
+        expect(middle.slice(1, -1)).toBe("*".repeat(SECRET.length - 2));
+        for (let i = 0; i + 3 <= SECRET.length; i++) expect(decoded).not.toContain(SECRET.slice(i, i + 3));
+      });
+    }
+  }
+
+  it("masks Basic credentials echoed in a header value", () => {
+    const basic = "Basic " + Buffer.from(`x-access-token:${OPENAI}`).toString("base64");
+    const out = patterns.scrubText(basic);
+    expect(out).not.toBe(basic);
+    expect(Buffer.from(out.slice(6), "base64").toString("latin1")).not.toContain(OPENAI.slice(1, -1));
+  });
+});
+
+describe("ResponseScrubber: headers", () => {
+  it("scrubs echoes in header values and returns the same object when nothing matched", () => {
+    const headers = {
+      location: `https://example.com/next?key=${encodeURIComponent(SECRET)}`,
+      "x-debug-key": OPENAI,
+      "set-cookie": ["a=1", `k=${OPENAI}`],
+      "content-type": "application/json",
+    };
+    const out = scrubHeaders(patterns, headers);
+    expect(out).not.toBe(headers);
+    expect(out.location).toBe(`https://example.com/next?key=${encodeURIComponent(PLACEHOLDER)}`);
+    expect(out["x-debug-key"]).toBe(OPENAI_PH);
+    expect(out["set-cookie"]).toEqual(["a=1", `k=${OPENAI_PH}`]);
+    expect(headers["x-debug-key"]).toBe(OPENAI); // the input is not modified
+    const clean = { "content-type": "text/event-stream", "x-request-id": "req_123" };
+    expect(scrubHeaders(patterns, clean)).toBe(clean);
+    expect(new ResponseScrubber(patterns).scrubHeaderValue(`Bearer ${OPENAI}`)).toBe(`Bearer ${OPENAI_PH}`);
+  });
+});
+
+describe("ResponseScrubber: streaming", () => {
+  const whole = patterns.scrubBuffer(BODY);
+
+  it("scrubs the sample body at once", () => {
+    expectClean(whole.toString());
+    expect(whole.toString()).toContain(PLACEHOLDER);
+    expect(whole.toString()).toContain(OPENAI_PH);
+    expect(whole.toString()).toContain("héllo wörld 日本語 🎉");
+  });
+
+  it("catches a match split across two chunks at every split position", () => {
+    for (let i = 0; i <= BODY.length; i++) {
+      const out = streamed([BODY.subarray(0, i), BODY.subarray(i)]);
+      if (!out.equals(whole)) expect.fail(`split at ${i}: ${out.toString()}`);
+    }
+  });
+
+  it("gives the same bytes when fed one byte at a time", () => {
+    const chunks = [...BODY].map((b) => Buffer.from([b]));
+    expect(streamed(chunks).equals(whole)).toBe(true);
+  });
+
+  it("gives the same bytes for random chunkings, holding back at most holdback bytes", () => {
+    let seed = 42;
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    for (let round = 0; round < 300; round++) {
+      const s = new ResponseScrubber(patterns);
+      const out: Buffer[] = [];
+      let at = 0;
+      while (at < BODY.length) {
+        const size = 1 + rand(120);
+        out.push(s.push(BODY.subarray(at, at + size)));
+        expect(s.pending).toBeLessThanOrEqual(patterns.holdback);
+        at += size;
+      }
+      out.push(s.end());
+      expect(Buffer.concat(out).equals(whole)).toBe(true);
+    }
+  });
+
+  it("passes UTF-8 multi-byte characters split across chunks through untouched", () => {
+    const text = Buffer.from("data: 日本語 🎉 héllo — ✓ done\n\n");
+    for (let i = 1; i < text.length; i++) {
+      const s = new ResponseScrubber(patterns);
+      const a = s.push(text.subarray(0, i));
+      const b = s.push(text.subarray(i));
+      const out = Buffer.concat([a, b, s.end()]);
+      expect(out.equals(text)).toBe(true);
+    }
+  });
+
+  it("returns a chunk whose tail cannot start a pattern at once, as the same bytes", () => {
+    const s = new ResponseScrubber(patterns);
+    for (const text of ['data: {"delta":"Hello"}\n\n', "data: 日本語 🎉\n\n", "x".repeat(5000) + "\n"]) {
+      const chunk = Buffer.from(text);
+      const out = s.push(chunk);
+      expect(out).toBe(chunk);
+      expect(s.pending).toBe(0);
+    }
+    expect(s.end().length).toBe(0);
+  });
+
+  it("holds back only a tail that could start a pattern, and releases it when it does not", () => {
+    const s = new ResponseScrubber(patterns);
+    const first = s.push(Buffer.from('data: {"delta":"key sk-real-op'));
+    expect(first.toString()).toBe('data: {"delta":"key ');
+    expect(s.pending).toBe("sk-real-op".length);
+    const second = s.push(Buffer.from('en source"}\n\n'));
+    expect(second.toString()).toBe('sk-real-open source"}\n\n');
+    expect(s.pending).toBe(0);
+  });
+
+  it("releases the held tail on end()", () => {
+    const s = new ResponseScrubber(patterns);
+    expect(s.push(Buffer.from("abc sk-real")).toString()).toBe("abc ");
+    expect(s.end().toString()).toBe("sk-real");
+  });
+});
+
+describe("ScrubPatterns", () => {
+  it("prefers the longest of overlapping secrets, streamed or not", () => {
+    const p = new ScrubPatterns([
+      { secret: "abcd1234efgh", replacement: "<A>" },
+      { secret: "abcd1234efgh5678ijkl", replacement: "<B>" },
+    ]);
+    const body = Buffer.from("x abcd1234efgh5678ijkl y abcd1234efgh z abcd1234efgh567");
+    const expected = "x <B> y <A> z <A>567";
+    expect(p.scrubBuffer(body).toString()).toBe(expected);
+    for (let i = 0; i <= body.length; i++) {
+      expect(streamed([body.subarray(0, i), body.subarray(i)], p).toString()).toBe(expected);
+    }
+  });
+
+  it("is inactive for values too short to scrub, and passes chunks through", () => {
+    const p = new ScrubPatterns([{ secret: "abc", replacement: "x" }]);
+    expect(p.active).toBe(false);
+    const chunk = Buffer.from("abc abc");
+    expect(new ResponseScrubber(p).push(chunk)).toBe(chunk);
+  });
+
+  it("searches each distinct form once", () => {
+    // A value with no characters to escape has one text form and its base64 cores.
+    const p = new ScrubPatterns([{ secret: OPENAI, replacement: OPENAI_PH }]);
+    expect(p.size).toBe(4);
+    const n = OPENAI.length;
+    const core = (shift: number) => Math.floor(((shift + n) * 4) / 3) - Math.ceil((shift * 4) / 3);
+    expect(p.holdback).toBe(Math.max(n, core(0), core(1), core(2)) - 1);
+  });
+});
