@@ -43,7 +43,7 @@ function bookkeep(
     log.warn({ provider: provider.id, credential: id, until: s.until }, `credential marked: ${detail}`);
     onEvent({ decision: "marked", provider: provider.id, credential: id, detail });
   } else {
-    x.pools.markInvalid(provider.id, id, verdict.reason);
+    x.pools.markInvalid(provider.id, id, verdict.reason, x.secret.fingerprint);
     const detail = `${verdict.reason}; invalid until keybroker auth reset ${provider.id}`;
     log.warn({ provider: provider.id, credential: id }, `credential marked: ${detail}`);
     onEvent({ decision: "marked", provider: provider.id, credential: id, detail });

@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Agent, Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { type Exchange, originOf } from "./exchange.js";
-import { forwardableResponseHeaders } from "./headers.js";
+import { type BodySink, sendWhole, startResponse } from "./response-body.js";
 import { PrivateAddressError } from "./upstream.js";
 
 const TLS_CODES = new Set([
@@ -88,10 +88,7 @@ export interface ForwardOptions {
 export const HOLD_LIMIT = 64 * 1024;
 
 export function emitHeld(x: Exchange, held: HeldResponse): void {
-  const headers = forwardableResponseHeaders(held.headers);
-  headers["content-length"] = String(held.body.length);
-  x.res.writeHead(held.status, held.statusMessage, headers);
-  x.res.end(held.body);
+  sendWhole(x.res, held.status, held.statusMessage, held.headers, held.body, x.rt.scrubPatterns(x));
 }
 
 function hasBody(x: Exchange): boolean {
@@ -133,8 +130,9 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       finish();
     };
     res.once("close", onClose);
-    const onDrain = () => controller?.resume();
-    res.on("drain", onDrain);
+    const patterns = x.rt.scrubPatterns(x);
+    let sink: BodySink | undefined;
+    const resume = () => controller?.resume();
 
     // The request body streams straight into undici, which pauses it for backpressure. Adding
     // a 'data' listener here would switch it to flowing mode and lose chunks.
@@ -153,8 +151,8 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       // The held part grew too large to be an error body: send it and stream the rest.
       const h = hold!;
       hold = undefined;
-      res.writeHead(h.status, h.statusMessage, forwardableResponseHeaders(h.headers));
-      for (const chunk of h.chunks) res.write(chunk);
+      sink = startResponse(res, h.status, h.statusMessage, h.headers, patterns);
+      for (const chunk of h.chunks) sink.write(chunk);
     };
 
     const handler: Dispatcher.DispatchHandler = {
@@ -173,10 +171,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           hold = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
           return;
         }
-        res.writeHead(statusCode, statusMessage ?? "", forwardableResponseHeaders(headers));
-        // An event stream's head goes out at once; other heads ride with the first body bytes
-        // (one socket write instead of two).
-        if (String(headers["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
+        sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
       },
       onResponseData(c, chunk: Buffer) {
         result.bytesIn += chunk.length;
@@ -187,7 +182,10 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           release();
           return;
         }
-        if (!res.write(chunk)) c.pause();
+        if (sink !== undefined && !sink.write(chunk)) {
+          c.pause();
+          sink.onceDrain(resume);
+        }
       },
       onResponseEnd() {
         if (hold !== undefined) {
@@ -199,12 +197,11 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           };
           hold = undefined;
           res.off("close", onClose);
-          res.off("drain", onDrain);
           finish();
           return;
         }
-        res.end();
-        res.once("finish", finish);
+        if (sink === undefined) res.end();
+        else sink.end(finish);
       },
       onResponseError(_c, err: Error) {
         fail(err);

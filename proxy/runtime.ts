@@ -6,6 +6,8 @@ import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
+import type { Exchange } from "./exchange.js";
+import { ScrubPatterns } from "./scrub-stream.js";
 import type { UpstreamAuth } from "./upstream-auth.js";
 
 export interface ProviderState {
@@ -45,6 +47,7 @@ export class Runtime {
   readonly #exactHosts = new Map<string, ProviderState>();
   readonly #wildcards: ProviderState[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
+  readonly #scrubCache = new Map<string, ScrubPatterns>();
 
   private constructor(
     rules: Rules,
@@ -94,6 +97,29 @@ export class Runtime {
       clients.set(rule.name, { rule, token });
     }
     return new Runtime(rules, resolver, homeKey, ordered, clients);
+  }
+
+  /**
+   * The patterns that scrub this request's response: every value of the provider's pool known
+   * now plus the credential used, each replaced by the client's placeholder. Cached per
+   * (provider, placeholder, credential).
+   */
+  scrubPatterns(x: Exchange): ScrubPatterns | undefined {
+    if (x.secret === undefined || x.provider === undefined) return undefined;
+    const replacement = x.placeholder ?? "[REDACTED]";
+    const key = `${x.provider.rule.id}\0${replacement}\0${x.secret.fingerprint}`;
+    let patterns = this.#scrubCache.get(key);
+    if (patterns === undefined) {
+      const values = new Set([x.secret.reveal()]);
+      for (const ref of x.provider.rule.credentials) {
+        const s = this.resolver.peek(ref);
+        if (s !== undefined) values.add(s.reveal());
+      }
+      patterns = new ScrubPatterns([...values].map((secret) => ({ secret, replacement })));
+      if (this.#scrubCache.size >= 1000) this.#scrubCache.clear();
+      this.#scrubCache.set(key, patterns);
+    }
+    return patterns;
   }
 
   /** The provider whose hosts include `host:port` (host already normalized). */

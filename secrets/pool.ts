@@ -15,6 +15,8 @@ export interface CredentialState {
   until?: number;
   /** Why it was marked (status code and error type; never a value). */
   reason?: string;
+  /** For `invalid`: the fingerprint of the value that was refused. */
+  fingerprint?: string;
   requests: number;
   marks: number;
   lastUsed?: number;
@@ -23,6 +25,8 @@ export interface CredentialState {
 export interface PoolMember {
   /** The credential reference, which is also its id within the provider. */
   readonly id: string;
+  /** The fingerprint of its current value: an `invalid` mark applies to that value only. */
+  readonly fingerprint?: string;
 }
 
 export interface PoolSpec {
@@ -72,6 +76,7 @@ export class PoolState {
             state: s.state,
             ...(typeof s.until === "number" ? { until: s.until } : {}),
             ...(typeof s.reason === "string" ? { reason: s.reason } : {}),
+            ...(typeof s.fingerprint === "string" ? { fingerprint: s.fingerprint } : {}),
             requests: Number(s.requests) || 0,
             marks: Number(s.marks) || 0,
             ...(typeof s.lastUsed === "number" ? { lastUsed: s.lastUsed } : {}),
@@ -133,7 +138,12 @@ export class PoolState {
     client: string,
     now = Date.now(),
   ): T | undefined {
-    const usable = candidates.filter((c) => this.usable(spec.provider, c.id, now));
+    for (const c of candidates) this.#forgetRefusedValue(spec.provider, c);
+    let usable = candidates.filter((c) => this.usable(spec.provider, c.id, now));
+    // Credentials the upstream refused (401) are the last resort, not a dead end: with nothing
+    // else left the request still goes out, and the provider's own answer reaches the client.
+    if (usable.length === 0)
+      usable = candidates.filter((c) => this.get(spec.provider, c.id).state === "invalid");
     if (usable.length === 0) return undefined;
     let chosen: T | undefined;
     const affinityKey = `${spec.provider}\0${client}`;
@@ -195,15 +205,32 @@ export class PoolState {
   }
 
   /** Marks one credential rejected by the upstream (401/403) until it is reset. */
-  markInvalid(provider: string, id: string, reason: string): CredentialState {
+  markInvalid(provider: string, id: string, reason: string, fingerprint?: string): CredentialState {
     const s = this.get(provider, id);
     s.state = "invalid";
     delete s.until;
     s.reason = reason;
+    if (fingerprint !== undefined) s.fingerprint = fingerprint;
     s.marks++;
     this.#unpin(provider, id);
     this.#changed();
     return s;
+  }
+
+  /** A refused credential whose value has since changed (rotated, fixed) is usable again. */
+  #forgetRefusedValue(provider: string, member: PoolMember): void {
+    const s = this.get(provider, member.id);
+    if (
+      s.state === "invalid" &&
+      s.fingerprint !== undefined &&
+      member.fingerprint !== undefined &&
+      s.fingerprint !== member.fingerprint
+    ) {
+      s.state = "ok";
+      delete s.reason;
+      delete s.fingerprint;
+      this.#changed();
+    }
   }
 
   /** Clears the marks of a provider's credentials (all, or one). Returns the ids cleared. */
@@ -217,6 +244,7 @@ export class PoolState {
       s.state = "ok";
       delete s.until;
       delete s.reason;
+      delete s.fingerprint;
     }
     this.#changed();
     return cleared;

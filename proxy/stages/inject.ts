@@ -145,6 +145,8 @@ export function createPlanInjection(log: Logger) {
 export function applyHeaderRules(x: Exchange): void {
   const rule = x.provider?.rule;
   if (rule === undefined) return;
+  // A response to a request with a credential is scrubbed of it: ask for it uncompressed.
+  if (x.injection !== undefined) setHeader(x.headers, "accept-encoding", "identity");
   for (const name of rule.headers.remove) {
     for (let i = x.headers.length - 2; i >= 0; i -= 2) if (x.headers[i] === name) x.headers.splice(i, 2);
   }

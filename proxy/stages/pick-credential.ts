@@ -47,14 +47,16 @@ export async function readBody(x: Exchange): Promise<void> {
 }
 
 /** Every pool member that has a value now, in pool order. */
-async function membersWithValues(x: Exchange): Promise<{ id: string; secret: Secret }[]> {
+async function membersWithValues(
+  x: Exchange,
+): Promise<{ id: string; fingerprint: string; secret: Secret }[]> {
   const rule = x.provider!.rule;
   const resolver = x.rt.resolver;
-  const out: { id: string; secret: Secret }[] = [];
+  const out: { id: string; fingerprint: string; secret: Secret }[] = [];
   const reasons: string[] = [];
   for (const ref of rule.credentials) {
     const secret = resolver.peek(ref) ?? (await resolver.resolve(ref)).secret;
-    if (secret !== undefined) out.push({ id: ref, secret });
+    if (secret !== undefined) out.push({ id: ref, fingerprint: secret.fingerprint, secret });
     else reasons.push(`${ref} (${describeAttempts((await resolver.resolve(ref)).attempts)})`);
   }
   if (out.length === 0) {

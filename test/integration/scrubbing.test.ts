@@ -1,0 +1,142 @@
+// SPEC §3.3: the client never sees a real credential, even when the upstream echoes it back —
+// in a header, an escaped JSON error, an SSE stream split across chunks, a large body, or gzip.
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { gzipSync } from "node:zlib";
+import { ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+
+let f: Fixture;
+let agent: ProxyAgent;
+let ph: string;
+
+beforeAll(async () => {
+  f = await startFixture();
+  agent = new ProxyAgent({ uri: f.broker.url, requestTls: { ca: readFileSync(f.broker.caPath, "utf8") } });
+  ph = await f.placeholder("openai");
+});
+afterAll(async () => {
+  await agent?.close();
+  await f?.close();
+  expect(f.leaks()).toEqual([]);
+});
+
+/** The key the upstream received, as it would echo it. */
+function keyOf(req: IncomingMessage): string {
+  return String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+}
+
+async function get(path: string) {
+  const res = await request(`https://api.openai.com${path}`, {
+    method: "POST",
+    dispatcher: agent,
+    headers: { authorization: `Bearer ${ph}`, "accept-encoding": "gzip" },
+    body: "{}",
+  });
+  const body = Buffer.from(await res.body.arrayBuffer()).toString("utf8");
+  return { status: res.statusCode, headers: res.headers, body };
+}
+
+function expectClean(text: string): void {
+  expect(text).not.toContain(REAL_OPENAI);
+  expect(text).not.toContain(encodeURIComponent(REAL_OPENAI).slice(0, 20));
+}
+
+describe("response scrubbing", () => {
+  it("replaces an echo in a response header with the placeholder", async () => {
+    f.upstream.routes.set("POST /echo-header", (req: IncomingMessage, res: ServerResponse) => {
+      res.writeHead(200, { "x-debug-key": `key=${keyOf(req)}`, "content-type": "text/plain" });
+      res.end("ok");
+    });
+    const r = await get("/echo-header");
+    expect(r.headers["x-debug-key"]).toBe(`key=${ph}`);
+    expectClean(JSON.stringify(r.headers));
+  });
+
+  it("replaces an echo in an escaped JSON error body (a held 401)", async () => {
+    f.upstream.routes.set("POST /echo-error", (req: IncomingMessage, res: ServerResponse) => {
+      const message = `Incorrect API key provided: "${keyOf(req)}"`;
+      res.writeHead(401, { "content-type": "application/json" });
+      res.end(
+        JSON.stringify({
+          error: { message, type: "invalid_request_error", param: null, code: "invalid_api_key" },
+        }),
+      );
+    });
+    const r = await get("/echo-error");
+    expect(r.status).toBe(401);
+    expectClean(r.body);
+    expect(JSON.parse(r.body).error.message).toContain(ph);
+    // That 401 marked the only key invalid; as the pool's last resort it is still used.
+    expect((await get("/echo-header")).status).toBe(200);
+  });
+
+  it("catches an echo split across SSE chunks, and passes chunks without a match at once", async () => {
+    f.upstream.routes.set("POST /echo-sse", async (req: IncomingMessage, res: ServerResponse) => {
+      const key = keyOf(req);
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const text = `data: {"content":"your key is ${key} ok"}\n\n`;
+      // One byte at a time, each its own write: every split position is exercised.
+      for (const ch of text) {
+        res.write(ch);
+        await new Promise((r) => setImmediate(r));
+      }
+      res.end("data: [DONE]\n\n");
+    });
+    const r = await get("/echo-sse");
+    expectClean(r.body);
+    expect(r.body).toContain(`your key is ${ph} ok`);
+    expect(r.body.endsWith("data: [DONE]\n\n")).toBe(true);
+  });
+
+  it("scrubs a large body with a Content-Length", async () => {
+    f.upstream.routes.set("POST /echo-big", (req: IncomingMessage, res: ServerResponse) => {
+      const filler = "x".repeat(300 * 1024);
+      const body = `${filler}${keyOf(req)}${filler}`;
+      res.writeHead(200, { "content-type": "text/plain", "content-length": Buffer.byteLength(body) });
+      res.end(body);
+    });
+    const r = await get("/echo-big");
+    expectClean(r.body);
+    expect(r.body.length).toBe(600 * 1024 + ph.length);
+  });
+
+  it("decompresses a gzip body the upstream sent anyway, and scrubs it", async () => {
+    let asked = "";
+    f.upstream.routes.set("POST /echo-gzip", (req: IncomingMessage, res: ServerResponse) => {
+      asked = String(req.headers["accept-encoding"]);
+      const body = gzipSync(
+        JSON.stringify({ echoed: keyOf(req), encoded: Buffer.from(`u:${keyOf(req)}`).toString("base64") }),
+      );
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "content-encoding": "gzip",
+        "content-length": body.length,
+      });
+      res.end(body);
+    });
+    const r = await get("/echo-gzip");
+    expect(asked).toBe("identity");
+    expect(r.headers["content-encoding"]).toBeUndefined();
+    expectClean(r.body);
+    const json = JSON.parse(r.body) as { echoed: string; encoded: string };
+    expect(json.echoed).toBe(ph);
+    expect(Buffer.from(json.encoded, "base64").toString()).not.toContain(REAL_OPENAI);
+  });
+
+  it("leaves responses to requests without a credential byte for byte", async () => {
+    f.upstream.routes.set("POST /plain", (_req: IncomingMessage, res: ServerResponse) => {
+      const body = gzipSync("untouched");
+      res.writeHead(200, { "content-encoding": "gzip", "content-length": body.length });
+      res.end(body);
+    });
+    const res = await request("https://api.openai.com/plain", {
+      method: "POST",
+      dispatcher: agent,
+      body: "{}",
+    });
+    expect(res.headers["content-encoding"]).toBe("gzip");
+    await res.body.arrayBuffer();
+  });
+});
