@@ -105,7 +105,7 @@ export class Runtime {
    * (provider, placeholder, credential).
    */
   scrubPatterns(x: Exchange): ScrubPatterns | undefined {
-    if (x.secret === undefined || x.provider === undefined) return undefined;
+    if (x.secret === undefined || x.provider === undefined || !this.rules.scrubResponses) return undefined;
     const replacement = x.placeholder ?? "[REDACTED]";
     const key = `${x.provider.rule.id}\0${replacement}\0${x.secret.fingerprint}`;
     let patterns = this.#scrubCache.get(key);

@@ -4,6 +4,8 @@ import { createServer, type IncomingMessage, type Server, ServerResponse } from 
 import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
 import type { Agent } from "undici";
+import { type AuditDecision, AuditLog } from "../audit/audit-log.js";
+import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
@@ -19,6 +21,7 @@ import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
+import type { ForwardResult } from "./forward.js";
 import { forwardableRequestHeaders, setHeader } from "./headers.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
@@ -108,6 +111,7 @@ export class Broker {
   readonly #opts: BrokerOptions;
   readonly #adminToken: string;
   readonly pools: PoolState;
+  readonly #audit: AuditLog | undefined;
   #address: BrokerAddress | undefined;
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
@@ -122,6 +126,15 @@ export class Broker {
     this.#setUpAuth(rt);
     this.#stages = requestStages(opts.log);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
+    const { audit } = rt.rules;
+    this.#audit = audit.enabled
+      ? new AuditLog(opts.home, {
+          maxBytes: audit.maxBytes,
+          keep: audit.keep,
+          scrub: (line) => knownSecrets.scrub(line),
+          onError: (err) => opts.log.error(`cannot write the audit log: ${err.message}`),
+        })
+      : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
     const serverOptions = { headersTimeout: 60_000, requestTimeout: 0, keepAliveTimeout: 60_000 };
     this.#outer = createServer(serverOptions, (req, res) => this.#onOuterRequest(req, res));
@@ -233,6 +246,7 @@ export class Broker {
     this.#rt = rt;
     this.#agent = agent;
     this.#setUpAuth(rt);
+    this.#audit?.record({ decision: "reload", reason: rt.rules.origin });
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
     old.close().catch(() => {});
   }
@@ -244,6 +258,7 @@ export class Broker {
     await closed;
     await this.#agent.destroy().catch(() => {});
     this.pools.flush();
+    await this.#audit?.close();
     if (this.#opts.advertise) {
       const { rmSync } = await import("node:fs");
       rmSync(join(this.home, "broker.json"), { force: true });
@@ -304,6 +319,13 @@ export class Broker {
       }
       const dest = rt.rules.resolve.get(`${target.host}:${target.port}`) ?? target;
       const where = `${target.host}:${target.port}`;
+      this.#audit?.record({
+        decision: "passthrough",
+        client: client.rule.name,
+        method: "CONNECT",
+        host: where,
+        reason: "tunnelled",
+      });
       tunnel(socket, head, dest, (err) => {
         this.log.debug(
           { target: where, err: (err as NodeJS.ErrnoException).code },
@@ -477,11 +499,23 @@ export class Broker {
         if (!(err instanceof BrokerError) || !(await fallBackBeforeSending(x, err, this.log, onEvent)))
           throw err;
       }
-      if (upgrade !== undefined) await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
-      else await forwardWithPool(x, this.#agent, this.log, onEvent);
+      if (upgrade !== undefined) {
+        await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
+        this.#record(x, x.secret === undefined ? "passthrough" : "injected", 101);
+      } else {
+        const result = await forwardWithPool(x, this.#agent, this.log, onEvent);
+        this.#record(
+          x,
+          x.secret === undefined ? "passthrough" : "injected",
+          result.status,
+          undefined,
+          result,
+        );
+      }
     } catch (err) {
       if (err instanceof BrokerError) {
         this.#logRefusal(x, err);
+        this.#record(x, "blocked", err.status, err.code);
         sendError(res, err);
       } else {
         this.log.error({ err }, "internal error while handling a request");
@@ -494,9 +528,43 @@ export class Broker {
   /** Called by the admin API after `auth reset`. */
   onReset(provider: string, cleared: readonly string[]): void {
     this.log.info({ provider, cleared }, "pool marks reset");
+    this.#audit?.record({
+      decision: "reset",
+      provider,
+      reason: cleared.length ? `cleared ${cleared.join(", ")}` : "nothing to clear",
+    });
   }
 
-  #onPoolEvent(_x: Exchange, e: PoolEvent): void {
+  /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
+  #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
+    if (this.#audit === undefined) return;
+    const query = x.provider?.rule.inject.query;
+    this.#audit.record({
+      decision,
+      client: x.client.rule.name,
+      ...(x.provider ? { provider: x.provider.rule.id } : {}),
+      ...(x.secret ? { credential: x.secret.id, fingerprint: x.secret.fingerprint } : {}),
+      method: x.req.method ?? "GET",
+      host: x.port === (x.scheme === "https" ? 443 : 80) ? x.host : `${x.host}:${x.port}`,
+      path: x.path,
+      status,
+      ...(code ? { code } : {}),
+      ...(result ? { bytesIn: result.bytesIn, bytesOut: result.bytesOut } : {}),
+      durationMs: Math.round((performance.now() - x.startedAt) * 10) / 10,
+      ...(query ? { stripParams: [query] } : {}),
+    });
+  }
+
+  #onPoolEvent(x: Exchange, e: PoolEvent): void {
+    this.#audit?.record({
+      decision: e.decision === "fallback" ? "retried" : e.decision,
+      client: x.client.rule.name,
+      provider: e.provider,
+      credential: e.credential,
+      method: x.req.method ?? "GET",
+      host: x.host,
+      reason: e.detail,
+    });
     if (e.decision !== "marked")
       this.log.info({ provider: e.provider, credential: e.credential }, `${e.decision}: ${e.detail}`);
   }

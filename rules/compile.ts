@@ -58,6 +58,14 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     providers,
     fallbacks: Object.fromEntries(Object.entries(file.fallbacks ?? {}).map(([id, to]) => [id, [...to]])),
     clients: compileClients(file.clients ?? undefined, ctx),
+    audit: {
+      enabled: file.audit?.enabled ?? true,
+      maxBytes:
+        (file.audit?.max_size === undefined ? undefined : parseByteSize(file.audit.max_size)) ??
+        10 * 1024 * 1024,
+      keep: file.audit?.keep ?? 5,
+    },
+    scrubResponses: file.scrub?.responses ?? true,
   };
 }
 

@@ -481,6 +481,15 @@ export const ruleFileSchema = strict({
     )
     .nullish(),
   catalogue: z.boolean(expect("true or false")).optional(),
+  audit: strict({
+    enabled: z.boolean(expect("true or false")).optional(),
+    max_size: byteSize.optional(),
+    keep: z.number(expect("a whole number")).int("must be a whole number").min(1).max(100).optional(),
+  }).nullish(),
+  scrub: strict({
+    /** Scrub echoes of the credential from responses (default true; off only for benchmarks). */
+    responses: z.boolean(expect("true or false")).optional(),
+  }).nullish(),
 });
 
 /** A parsed, schema-valid rule file: the YAML's shape, before defaults. */

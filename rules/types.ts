@@ -163,4 +163,8 @@ export interface Rules {
   readonly providers: readonly ProviderRule[];
   readonly fallbacks: Readonly<Record<string, readonly string[]>>;
   readonly clients: readonly ClientRule[];
+  /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
+  readonly audit: { readonly enabled: boolean; readonly maxBytes: number; readonly keep: number };
+  /** Scrub echoes of credentials from responses (on unless a benchmark turns it off). */
+  readonly scrubResponses: boolean;
 }
