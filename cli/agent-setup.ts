@@ -4,9 +4,8 @@ import { UserError } from "../core/errors.js";
 import { homeKey } from "../core/home.js";
 import type { Rules } from "../rules/types.js";
 import { placeholderFor } from "../secrets/placeholders.js";
-import { createSecretResolver } from "../secrets/sources.js";
 import { agentVariables } from "./agent-env.js";
-import type { Context } from "./context.js";
+import { type Context, localResolver } from "./context.js";
 
 export async function clientToken(ctx: Context, rules: Rules, client: string): Promise<string | undefined> {
   const rule = rules.clients.find((c) => c.name === client);
@@ -14,12 +13,7 @@ export async function clientToken(ctx: Context, rules: Rules, client: string): P
     throw new UserError(`client "${client}" is not defined in the rule file: add it under clients:`);
   }
   if (rule.token === undefined) return undefined;
-  const resolver = createSecretResolver(rules, {
-    env: ctx.env,
-    home: ctx.home,
-    cwd: ctx.cwd,
-    warn: () => {},
-  });
+  const resolver = localResolver(ctx, rules);
   const resolution = await resolver.resolve(rule.token);
   if (resolution.secret === undefined) {
     throw new UserError(

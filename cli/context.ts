@@ -3,11 +3,14 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../core/errors.js";
-import { homePath } from "../core/home.js";
+import { homeKey, homePath } from "../core/home.js";
 import { createLogger, type Logger } from "../core/log.js";
+import { Runtime } from "../proxy/runtime.js";
 import { RuleFileError } from "../rules/errors.js";
 import { findRuleFile, loadRules } from "../rules/load.js";
 import type { Rules } from "../rules/types.js";
+import type { SecretResolver } from "../secrets/resolver.js";
+import { createSecretResolver } from "../secrets/sources.js";
 
 export interface CommonOptions {
   readonly home?: string | undefined;
@@ -71,4 +74,18 @@ export async function findRunningBroker(home: string): Promise<RunningBroker | u
   } catch {
     return undefined;
   }
+}
+
+/** The resolver the command line uses: this process's environment, `.env` and files. */
+export function localResolver(
+  ctx: Context,
+  rules: Rules,
+  warn: (message: string) => void = () => {},
+): SecretResolver {
+  return createSecretResolver(rules, { env: ctx.env, home: ctx.home, cwd: ctx.cwd, warn });
+}
+
+/** The rules resolved here, without a broker: which providers are active, placeholders. */
+export function localRuntime(ctx: Context, rules: Rules, warn?: (message: string) => void): Promise<Runtime> {
+  return Runtime.build(rules, localResolver(ctx, rules, warn), homeKey(ctx.home));
 }

@@ -1,12 +1,9 @@
 import { writeTrustBundle } from "../../certs/bundle.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
-import { homeKey } from "../../core/home.js";
-import { Runtime } from "../../proxy/runtime.js";
-import { createSecretResolver } from "../../secrets/sources.js";
 import { buildAgentVariables } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, readRules } from "../context.js";
+import { createContext, findRunningBroker, localRuntime, readRules } from "../context.js";
 
 function shellQuote(value: string): string {
   return `'${value.replace(/'/g, `'\\''`)}'`;
@@ -57,13 +54,7 @@ ${COMMON_HELP}`,
     let target = await findRunningBroker(ctx.home);
     if (target === undefined) {
       const ca = loadOrCreateCa(ctx.home);
-      const resolver = createSecretResolver(rules, {
-        env: ctx.env,
-        home: ctx.home,
-        cwd: ctx.cwd,
-        warn: () => {},
-      });
-      const rt = await Runtime.build(rules, resolver, homeKey(ctx.home));
+      const rt = await localRuntime(ctx, rules);
       const active = [...rt.providers.values()].filter((p) => p.intercepted).map((p) => p.rule.id);
       const url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
       target = {

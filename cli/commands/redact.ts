@@ -1,10 +1,9 @@
 import { pipeline } from "node:stream/promises";
 import { createRedactStream } from "../../audit/redact.js";
 import type { Rules } from "../../rules/types.js";
-import { createSecretResolver } from "../../secrets/sources.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, readRules } from "../context.js";
+import { createContext, localResolver, readRules } from "../context.js";
 
 /** Every credential reference a rule set names: pools, signing keys, client tokens, source logins. */
 export function secretRefs(rules: Rules): string[] {
@@ -52,12 +51,7 @@ ${COMMON_HELP}`,
     const ctx = createContext(values);
     const { rules } = readRules(ctx, values.config);
     const warnings: string[] = [];
-    const resolver = createSecretResolver(rules, {
-      env: ctx.env,
-      home: ctx.home,
-      cwd: ctx.cwd,
-      warn: (m) => warnings.push(m),
-    });
+    const resolver = localResolver(ctx, rules, (m) => warnings.push(m));
     const resolutions = await Promise.all(secretRefs(rules).map((ref) => resolver.resolve(ref)));
     const known = resolutions.flatMap((r) => (r.secret === undefined ? [] : [r.secret.reveal()]));
     for (const w of warnings) ctx.err(`warning: ${w}`);

@@ -1,13 +1,10 @@
 import { loadOrCreateCa } from "../../certs/ca.js";
-import { homeKey } from "../../core/home.js";
-import { Runtime } from "../../proxy/runtime.js";
 import { formatStatus, providerStatuses, type StatusReport } from "../../proxy/status.js";
 import { readPoolState } from "../../secrets/pool.js";
-import { createSecretResolver } from "../../secrets/sources.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, readRules } from "../context.js";
+import { createContext, findRunningBroker, localRuntime, readRules } from "../context.js";
 
 export const status: Command = {
   name: "status",
@@ -32,13 +29,7 @@ ${COMMON_HELP}`,
     } else {
       const { rules } = readRules(ctx, values.config);
       const ca = loadOrCreateCa(ctx.home);
-      const resolver = createSecretResolver(rules, {
-        env: ctx.env,
-        home: ctx.home,
-        cwd: ctx.cwd,
-        warn: () => {},
-      });
-      const rt = await Runtime.build(rules, resolver, homeKey(ctx.home));
+      const rt = await localRuntime(ctx, rules);
       report = {
         running: false,
         url: undefined,
