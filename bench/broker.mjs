@@ -1,0 +1,101 @@
+// Starting and stopping keybroker the way bench/peer-extra.sh does: a rule file in a temp
+// folder, then `node dist/cli/main.js start --home H --config F --port 0`, the port taken from
+// the line `keybroker listening on http://127.0.0.1:PORT · CA H/ca/ca.pem`.
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { BENCH_DOMAIN } from "./certs.mjs";
+import { startChild, stopChild } from "./procs.mjs";
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+export const BROKER_MAIN = path.join(ROOT, "dist/cli/main.js");
+
+/** What the client sends and the upstream expects. Two providers, so two placeholders. */
+export const REAL_KEY = "sk-bench-real-key-0123456789";
+export const PLACEHOLDER = "PLACEHOLDER-BENCH-LOCAL";
+export const WILD_PLACEHOLDER = "PLACEHOLDER-BENCH-WILD";
+
+const indent = (text, n) =>
+  text
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => `${" ".repeat(n)}${l}`)
+    .join("\n");
+
+/**
+ * The rule file. Provider `bench` is bound to localhost:<upstream port>, exactly as in
+ * peer-extra.sh. Provider `wild` is bound to `*.bench.test` (port 443), and `resolve` sends each
+ * of `wildHosts` to the upstream, for the new-host scenario. The variant's snippets go at the
+ * top level and into both providers.
+ */
+export function ruleFile({ upstreamPort, upstreamCa, wildHosts, variant }) {
+  const q = JSON.stringify; // a JSON string is a valid YAML scalar
+  const provider = (hosts, placeholder) =>
+    [
+      `    hosts: [${hosts.map(q).join(", ")}]`,
+      "    inject: { header: authorization }",
+      '    credentials: ["env:BENCH_REAL_KEY"]',
+      `    placeholder: { value: ${q(placeholder)} }`,
+      "    allow_private_upstream: true",
+      indent(variant.provider ?? "", 4),
+    ]
+      .filter(Boolean)
+      .join("\n");
+  const resolve = wildHosts.map((h) => `  ${q(`${h}:443`)}: ${q(`127.0.0.1:${upstreamPort}`)}`);
+  return [
+    "version: 1",
+    `upstream_ca: [${q(upstreamCa)}]`,
+    "catalogue: false",
+    ...(resolve.length ? ["resolve:", ...resolve] : []),
+    "providers:",
+    "  bench:",
+    provider([`localhost:${upstreamPort}`], PLACEHOLDER),
+    "  wild:",
+    provider([`*.${BENCH_DOMAIN}`], WILD_PLACEHOLDER),
+    indent(variant.top ?? "", 0),
+    "",
+  ]
+    .filter((l) => l !== "")
+    .join("\n");
+}
+
+/**
+ * Starts one broker. `home` may be shared between brokers run one after the other (the CA is
+ * made once). `nodeOptions` are flags for the broker's node (V8 flags such as
+ * `--max-semi-space-size=2`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
+ */
+export async function startBroker({ dir, home, name, upstream, wildHosts, variant, nodeOptions }) {
+  const config = path.join(dir, `keybroker-${name}.yaml`);
+  fs.writeFileSync(
+    config,
+    ruleFile({ upstreamPort: upstream.port, upstreamCa: upstream.ca, wildHosts, variant }),
+  );
+  const logFile = path.join(dir, `keybroker-${name}.log`);
+  const args = [...nodeOptions, BROKER_MAIN, "start", "--home", home, "--config", config, "--port", "0"];
+  let started;
+  try {
+    started = await startChild({
+      name: `keybroker (${name})`,
+      cmd: process.execPath,
+      args,
+      env: { ...process.env, BENCH_REAL_KEY: REAL_KEY },
+      logFile,
+      ready: (line) => /keybroker listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line)?.[1],
+    });
+  } catch (err) {
+    const log = fs.existsSync(logFile) ? fs.readFileSync(logFile, "utf8").trim().split("\n").slice(-15) : [];
+    err.message += `\n  rule file: ${config}\n  broker log (${logFile}):\n    ${log.join("\n    ")}`;
+    throw err;
+  }
+  const { child, value: port } = started;
+  return {
+    child,
+    pid: child.pid,
+    port: Number(port),
+    proxyUrl: `http://127.0.0.1:${port}`,
+    caPem: fs.readFileSync(path.join(home, "ca", "ca.pem")),
+    config,
+    logFile,
+    stop: () => stopChild(child),
+  };
+}
