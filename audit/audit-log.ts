@@ -99,6 +99,10 @@ export interface AuditLogOptions {
 export const DEFAULT_MAX_BYTES = 10 * 1024 * 1024;
 export const DEFAULT_KEEP = 5;
 export const GENESIS = "0".repeat(64);
+/** How long a recorded line may wait before its batch is written. */
+const BATCH_DELAY_MS = 20;
+/** A batch this long is written at once. */
+const BATCH_LINES = 512;
 const HASH_SUFFIX = /,"hash":"([0-9a-f]{64})"\}$/;
 const REDACTED_PARAM = "[REDACTED]";
 
@@ -236,6 +240,7 @@ export class AuditLog {
   #ino = 0;
   #size = 0;
   #lastHash = GENESIS;
+  #flushing = false;
 
   constructor(home: string, opts: AuditLogOptions = {}) {
     this.home = home;
@@ -250,10 +255,16 @@ export class AuditLog {
     ensurePrivateDir(auditDir(home));
   }
 
-  /** Queues one decision. Synchronous and cheap: the disk is written in the background. */
+  /**
+   * Queues one decision. Synchronous and cheap: the disk is written in the background, in
+   * batches at most BATCH_DELAY_MS apart (under load, one append per batch, not per request).
+   */
   record(entry: AuditEntry): void {
     this.#queue.push({ entry, at: Date.now() });
-    this.#pump ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.#drain());
+    this.#pump ??= new Promise<void>((resolve) => {
+      const wait = this.#queue.length >= BATCH_LINES ? 0 : BATCH_DELAY_MS;
+      setTimeout(resolve, wait);
+    }).then(() => this.#drain());
   }
 
   /** Entries recorded but not yet on disk. */
@@ -263,7 +274,12 @@ export class AuditLog {
 
   /** Resolves when everything recorded so far is on disk. */
   async flush(): Promise<void> {
-    while (this.#pump !== undefined) await this.#pump;
+    this.#flushing = true;
+    try {
+      while (this.#pump !== undefined) await this.#pump;
+    } finally {
+      this.#flushing = false;
+    }
   }
 
   /** Flushes and closes the file. A later `record()` opens it again. */
@@ -280,6 +296,11 @@ export class AuditLog {
         const batch = this.#queue;
         this.#queue = [];
         await this.#writeBatch(batch);
+        // Let the next batch grow (one append for many lines), unless it is big already or a
+        // flush is waiting for it.
+        if (this.#queue.length > 0 && this.#queue.length < BATCH_LINES && !this.#flushing) {
+          await new Promise((resolve) => setTimeout(resolve, BATCH_DELAY_MS));
+        }
       }
     } finally {
       this.#pump = undefined;

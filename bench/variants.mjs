@@ -12,13 +12,13 @@
 export const VARIANTS = [
   { name: "default", top: "", provider: "", note: "rule file as bench/peer-extra.sh writes it" },
 
-  // ---------------------------------------------------------------------------------------
-  // ADD VARIANTS HERE once scrubbing and the audit log are wired into the broker (SPEC §12,
-  // §3.5): uncomment or copy the entries below, using the keys the rule-file schema accepts
-  // (rules/schema.ts). A variant the broker rejects is reported as skipped, not fatal.
-  //
-  // { name: "audit-off", top: "audit: { enabled: false }", provider: "" },
-  // { name: "scrub-off", top: "", provider: "scrub: false" },
-  // { name: "audit-off+scrub-off", top: "audit: { enabled: false }", provider: "scrub: false" },
-  // ---------------------------------------------------------------------------------------
+  // The cost of the audit log and of response scrubbing: the same broker with each turned off.
+  { name: "audit-off", top: "audit: { enabled: false }", provider: "", note: "no audit log" },
+  { name: "scrub-off", top: "scrub: { responses: false }", provider: "", note: "responses not scrubbed" },
+  {
+    name: "audit-off+scrub-off",
+    top: "audit: { enabled: false }\nscrub: { responses: false }",
+    provider: "",
+    note: "neither",
+  },
 ];

@@ -3,7 +3,6 @@
 import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import type { ProviderRule } from "../rules/types.js";
-import { signSigV4 } from "../secrets/aws-sigv4.js";
 import { DEFAULT_GOOGLE_SCOPE, GoogleTokenSource } from "../secrets/google-sa.js";
 import { describeAttempts, type SecretResolver } from "../secrets/resolver.js";
 import { Secret } from "../secrets/secret.js";
@@ -94,6 +93,8 @@ export function createUpstreamAuth(
           },
         );
       }
+      // Loaded on first use: the signer and its dependencies cost ~8 MiB that most brokers never need.
+      const { signSigV4 } = await import("../secrets/aws-sigv4.js");
       const signed = await signSigV4(
         {
           method: x.req.method ?? "GET",
