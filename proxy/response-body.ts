@@ -1,8 +1,9 @@
 // The response on its way to the client. For a request that carried a real credential, every
 // echo of it in the headers and the body is replaced by the client's placeholder (SPEC §3.3):
 //   - a small body with a known length is scrubbed whole and sent with its new length (one write);
-//   - anything else streams through the scrubber, which holds back at most one pattern's length,
-//     with Content-Length dropped (a replacement may change the length);
+//   - anything else streams through the scrubber, which holds back at most one pattern's length;
+//     a larger body of known length keeps it (replacements fitted to the replaced length), one
+//     of unknown length goes out chunked;
 //   - a compressed body is decompressed first and sent uncompressed.
 // Without a credential the response passes through untouched.
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
@@ -86,11 +87,15 @@ export function startResponse(
     };
   }
 
-  delete headers["content-length"];
+  // A large body of known length keeps it: replacements are fitted to what they replace (the
+  // placeholder cut or padded with `*`), so no chunked re-encoding is needed. Otherwise the
+  // length may change, and the body goes out chunked.
+  const keepLength = inflate === undefined && Number.isFinite(length);
+  if (!keepLength) delete headers["content-length"];
   if (inflate !== undefined) delete headers["content-encoding"];
   res.writeHead(status, statusMessage, headers);
   if (String(upstreamHeaders["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
-  const scrubber = new ResponseScrubber(patterns);
+  const scrubber = new ResponseScrubber(keepLength ? patterns.sameLength() : patterns);
   const emit = (chunk: Buffer): boolean => {
     const out = scrubber.push(chunk);
     return out.length === 0 ? true : res.write(out);

@@ -103,13 +103,26 @@ export class ScrubPatterns {
   /** Longest form length − 1: the most a stream ever holds back. */
   readonly holdback: number;
 
-  constructor(pairs: readonly ScrubPair[]) {
+  readonly #pairs: readonly ScrubPair[];
+  #sameLength: ScrubPatterns | undefined;
+
+  /**
+   * `fitLength`: every replacement is cut or padded with `*` to the length of what it
+   * replaces, so a body keeps its length (and its Content-Length stays true).
+   */
+  constructor(pairs: readonly ScrubPair[], opts: { fitLength?: boolean } = {}) {
+    this.#pairs = pairs;
     const seen = new Set<string>();
     const forms: Form[] = [];
     const add = (bytes: Buffer, replacement: Buffer) => {
       const key = bytes.toString("latin1");
       if (bytes.length === 0 || seen.has(key)) return;
       seen.add(key);
+      if (opts.fitLength && replacement.length !== bytes.length) {
+        const fitted = Buffer.alloc(bytes.length, MASK_BYTE);
+        replacement.copy(fitted, 0, 0, Math.min(replacement.length, bytes.length));
+        replacement = fitted;
+      }
       forms.push({ bytes, replacement });
     };
     for (const { secret, replacement } of pairs) {
@@ -129,6 +142,12 @@ export class ScrubPatterns {
       this.#byFirst[first] = bucket;
     }
     this.holdback = forms.length === 0 ? 0 : forms[0]!.bytes.length - 1;
+  }
+
+  /** The same patterns with length-preserving replacements (built once, on first use). */
+  sameLength(): ScrubPatterns {
+    this.#sameLength ??= new ScrubPatterns(this.#pairs, { fitLength: true });
+    return this.#sameLength;
   }
 
   /** False when there is nothing to scrub (no secret long enough): skip the scrubber. */

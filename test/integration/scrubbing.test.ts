@@ -99,7 +99,11 @@ describe("response scrubbing", () => {
     });
     const r = await get("/echo-big");
     expectClean(r.body);
-    expect(r.body.length).toBe(600 * 1024 + ph.length);
+    // Streamed with its length kept: the echo is replaced by the placeholder fitted to it.
+    expect(r.body.length).toBe(600 * 1024 + REAL_OPENAI.length);
+    expect(r.headers["content-length"]).toBe(String(r.body.length));
+    const fitted = (ph + "*".repeat(REAL_OPENAI.length)).slice(0, REAL_OPENAI.length);
+    expect(r.body).toContain(fitted);
   });
 
   it("decompresses a gzip body the upstream sent anyway, and scrubs it", async () => {
