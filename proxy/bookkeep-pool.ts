@@ -51,6 +51,21 @@ function bookkeep(
   return true;
 }
 
+/** The JSON body with its "model" renamed for the fallback provider, when the rules map it. */
+function mapModel(body: Buffer, models: Readonly<Record<string, string>> | undefined): Buffer {
+  if (models === undefined) return body;
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString("utf8"));
+  } catch {
+    return body;
+  }
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return body;
+  const model = (json as { model?: unknown }).model;
+  if (typeof model !== "string" || models[model] === undefined) return body;
+  return Buffer.from(JSON.stringify({ ...json, model: models[model] }));
+}
+
 /** Re-targets a reverse-mode request at the next fallback provider that can take it. */
 async function fallBack(
   x: Exchange,
@@ -59,12 +74,17 @@ async function fallBack(
   onEvent: (e: PoolEvent) => void,
 ): Promise<boolean> {
   const plan = createPlanInjection(log);
+  const body = x.body;
   for (const id of x.rt.rules.fallbacks[from] ?? []) {
     const next = x.rt.providers.get(id);
     if (next?.rule.upstream === undefined || x.reverseRest === undefined || x.injection === undefined)
       continue;
     const upstream = new URL(next.rule.upstream);
     const headers = [...x.injection.headers];
+    if (body !== undefined) {
+      x.body = mapModel(body, x.rt.rules.fallbackModels[from]?.[id]);
+      setHeader(headers, "content-length", String(x.body.length));
+    }
     x.provider = next;
     x.host = upstream.hostname;
     x.port = Number(upstream.port) || 443;

@@ -56,7 +56,22 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     resolve,
     sources: compileSources(file.sources ?? undefined, ctx),
     providers,
-    fallbacks: Object.fromEntries(Object.entries(file.fallbacks ?? {}).map(([id, to]) => [id, [...to]])),
+    fallbacks: Object.fromEntries(
+      Object.entries(file.fallbacks ?? {}).map(([id, to]) => [
+        id,
+        to.map((t) => (typeof t === "string" ? t : t.provider)),
+      ]),
+    ),
+    fallbackModels: Object.fromEntries(
+      Object.entries(file.fallbacks ?? {}).map(([id, to]) => [
+        id,
+        Object.fromEntries(
+          to.flatMap((t) =>
+            typeof t === "string" || t.model === undefined ? [] : [[t.provider, { ...t.model }]],
+          ),
+        ),
+      ]),
+    ),
     clients: compileClients(file.clients ?? undefined, ctx),
     audit: {
       enabled: file.audit?.enabled ?? true,

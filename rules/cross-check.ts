@@ -181,9 +181,10 @@ function checkProviderNames(
         });
       }
       if (!Array.isArray(targets)) continue;
-      targets.forEach((to, index) => {
+      targets.forEach((entry, index) => {
+        const to = isRecord(entry) ? entry.provider : entry;
         if (typeof to !== "string" || !PROVIDER_ID.test(to)) return;
-        const path = ["fallbacks", from, index];
+        const path = isRecord(entry) ? ["fallbacks", from, index, "provider"] : ["fallbacks", from, index];
         if (to === from)
           problems.push({
             path,

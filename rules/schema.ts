@@ -465,7 +465,20 @@ export const ruleFileSchema = strict({
   fallbacks: z
     .record(
       providerId,
-      listOf(providerId, "a list of provider ids"),
+      listOf(
+        z.union(
+          [
+            providerId,
+            strict({
+              provider: providerId,
+              /** Rewrites the JSON body's "model" for this fallback: { "gpt-4o": "openai/gpt-4o" }. */
+              model: z.record(nonEmpty(), nonEmpty(), expect("a map of model names")).optional(),
+            }),
+          ],
+          expect('a provider id, or { provider: <id>, model: { "<from>": "<to>" } }'),
+        ),
+        "a list of provider ids",
+      ),
       expect("a map of provider ids to lists"),
     )
     .nullish(),

@@ -162,6 +162,10 @@ export interface Rules {
   readonly sources: SourcesConfig;
   readonly providers: readonly ProviderRule[];
   readonly fallbacks: Readonly<Record<string, readonly string[]>>;
+  /** from → fallback provider → model name mapping applied to the JSON body's "model". */
+  readonly fallbackModels: Readonly<
+    Record<string, Readonly<Record<string, Readonly<Record<string, string>>>>>
+  >;
   readonly clients: readonly ClientRule[];
   /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
   readonly audit: { readonly enabled: boolean; readonly maxBytes: number; readonly keep: number };

@@ -200,6 +200,26 @@ fallbacks: { openai: [openrouter] }
     expect(f.upstream.received.at(-1)!.host).toBe("openrouter.ai");
   });
 
+  it("(c) maps the model name for the fallback provider", async () => {
+    const f = await fixture(`  openrouter:
+    credentials: [OPENROUTER_API_KEY]
+fallbacks:
+  openai: [{ provider: openrouter, model: { gpt-test: "openai/gpt-test" } }]
+`);
+    perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
+    perKey(f.upstream, "/api/v1/chat/completions", new Map());
+    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer dummy", "content-type": "application/json" },
+      body: '{"model":"gpt-test","messages":[]}',
+    });
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    const got = f.upstream.received.at(-1)!;
+    expect(got.url).toBe("/api/v1/chat/completions");
+    expect(JSON.parse(got.body.toString())).toEqual({ model: "openai/gpt-test", messages: [] });
+  });
+
   it("(d) drops a mark whose reset time has passed and tries the credential again", async () => {
     const f = await fixture("", {
       prepareHome: (home) => {
