@@ -111,7 +111,7 @@ export class Runtime {
     let patterns = this.#scrubCache.get(key);
     if (patterns === undefined) {
       const values = new Set([x.secret.reveal()]);
-      for (const ref of x.provider.rule.credentials) {
+      for (const ref of [...x.provider.rule.credentials, ...(authRefs(x.provider.rule) ?? [])]) {
         const s = this.resolver.peek(ref);
         if (s !== undefined) values.add(s.reveal());
       }

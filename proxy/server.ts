@@ -1,5 +1,7 @@
 // The broker: one loopback listener that takes CONNECT (intercepted or tunnelled), plain-HTTP
 // proxy requests, reverse-mode `/p/<provider>` requests and its own health endpoint.
+
+import { lookup } from "node:dns";
 import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
@@ -13,6 +15,7 @@ import { BrokerError, errorResponse } from "../core/errors.js";
 import { writeFileAtomic } from "../core/fs.js";
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
+import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { Rules } from "../rules/types.js";
 import { PoolState } from "../secrets/pool.js";
@@ -26,7 +29,7 @@ import { forwardableRequestHeaders, setHeader } from "./headers.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
-import { createUpstreamAgent } from "./upstream.js";
+import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
 
@@ -189,10 +192,7 @@ export class Broker {
       upstreamCa: rt.rules.upstreamCa,
       policy: {
         resolve: (host, port) => rt.rules.resolve.get(`${host}:${port}`),
-        allowsPrivate: (host, port) =>
-          rt.rules.providers.some(
-            (p) => p.allowPrivateUpstream && p.hosts.some((h) => hostMatches(h, host, port)),
-          ),
+        allowsPrivate: (host, port) => this.#allowsPrivate(rt, host, port),
       },
     });
   }
@@ -202,6 +202,12 @@ export class Broker {
       const auth = createUpstreamAuth(p.rule, rt.resolver, () => this.#agent);
       if (auth !== undefined) rt.upstreamAuth.set(p.rule.id, auth);
     }
+  }
+
+  #allowsPrivate(rt: Runtime, host: string, port: number): boolean {
+    return rt.rules.providers.some(
+      (p) => p.allowPrivateUpstream && p.hosts.some((h) => hostMatches(h, host, port)),
+    );
   }
 
   async listen(): Promise<BrokerAddress> {
@@ -317,7 +323,6 @@ export class Broker {
         intercept(socket, head, { ...target, client: client.rule.name }, this.#minter, this.#inner);
         return;
       }
-      const dest = rt.rules.resolve.get(`${target.host}:${target.port}`) ?? target;
       const where = `${target.host}:${target.port}`;
       this.#audit?.record({
         decision: "passthrough",
@@ -326,12 +331,35 @@ export class Broker {
         host: where,
         reason: "tunnelled",
       });
-      tunnel(socket, head, dest, (err) => {
+      const dest = target;
+      const mapped = rt.rules.resolve.get(where);
+      const allowed = mapped !== undefined || this.#allowsPrivate(rt, target.host, target.port);
+      const onTunnelError = (e: Error) => {
         this.log.debug(
-          { target: where, err: (err as NodeJS.ErrnoException).code },
+          { target: where, err: (e as NodeJS.ErrnoException).code },
           "tunnel target unreachable",
         );
         writeRawError(socket, new BrokerError("upstream_unreachable", `could not reach ${where}`));
+      };
+      if (mapped !== undefined) {
+        tunnel(socket, head, mapped, onTunnelError);
+        return;
+      }
+      // Resolve once and connect to that address, so the check and the connection agree.
+      lookup(dest.host, (err, address) => {
+        if (err || (!allowed && isPrivateAddress(address))) {
+          const refused = !err;
+          writeRawError(
+            socket,
+            new BrokerError(
+              "upstream_unreachable",
+              refused ? `${where} is a loopback/private address; refused` : `could not resolve ${dest.host}`,
+              refused ? { hint: `list "${where}" under resolve: to allow it` } : {},
+            ),
+          );
+          return;
+        }
+        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError);
       });
     } catch (err) {
       writeRawError(
@@ -417,9 +445,46 @@ export class Broker {
     }
   }
 
+  /**
+   * The listener's own endpoints (reverse mounts, admin, health) answer local programs only:
+   * a web page could otherwise make the user's browser spend their keys (a cross-site request,
+   * or DNS rebinding onto 127.0.0.1). Browsers name themselves in Origin / Sec-Fetch-Site and
+   * a rebound name in Host; agents and SDKs send neither.
+   */
+  #assertLocalCaller(req: IncomingMessage): void {
+    const host = parseHostHeader(req.headers.host ?? "", 80);
+    const listen = this.#rt.rules.listen.host;
+    const local = (h: string) => isLoopbackHost(h) || h === listen;
+    if (host === undefined || !local(host.host)) {
+      throw new BrokerError("bad_request", `requests for "${req.headers.host ?? ""}" are not served here`, {
+        hint: "address keybroker as 127.0.0.1 or localhost",
+      });
+    }
+    const site = req.headers["sec-fetch-site"];
+    const origin = req.headers.origin;
+    let originHost: string | undefined;
+    try {
+      originHost =
+        origin === undefined || origin === "null" ? undefined : normalizeHost(new URL(origin).hostname);
+    } catch {
+      originHost = "invalid";
+    }
+    if (
+      site === "cross-site" ||
+      site === "same-site" ||
+      origin === "null" ||
+      (originHost !== undefined && !local(originHost))
+    ) {
+      throw new BrokerError("bad_request", "requests from web pages are refused", {
+        hint: "keybroker serves local programs; a browser page may not use it",
+      });
+    }
+  }
+
   #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
     const url = req.url ?? "/";
     try {
+      if (url.startsWith("/")) this.#assertLocalCaller(req);
       if (url.startsWith(ADMIN_PREFIX)) {
         void handleAdmin(this, this.#adminToken, req, res);
         return;
@@ -443,6 +508,7 @@ export class Broker {
     res.assignSocket(socket);
     res.shouldKeepAlive = false;
     try {
+      if (!intercepted && (req.url ?? "/").startsWith("/")) this.#assertLocalCaller(req);
       const target = intercepted ? this.#interceptedTarget(req) : this.#outerTarget(req);
       void this.#handle(req, res, target, { socket, head });
     } catch (err) {

@@ -2,10 +2,12 @@
 // stages as any other, so the credential is injected into it; then the two sockets are joined.
 
 import type { Socket } from "node:net";
-import type { Duplex } from "node:stream";
+import { type Duplex, Transform } from "node:stream";
 import type { Agent, Dispatcher } from "undici";
 import { type Exchange, originOf } from "./exchange.js";
 import { upstreamError } from "./forward.js";
+import { removeHeader } from "./headers.js";
+import { ResponseScrubber, scrubHeaders } from "./scrub-stream.js";
 
 function headerLines(headers: Record<string, string | string[] | undefined>): string {
   let out = "";
@@ -18,6 +20,8 @@ function headerLines(headers: Record<string, string | string[] | undefined>): st
 
 export async function forwardUpgrade(agent: Agent, x: Exchange, client: Socket, head: Buffer): Promise<void> {
   const protocol = String(x.req.headers.upgrade ?? "websocket");
+  // Compressed frames could hide an echo of the credential from the scrubber.
+  if (x.secret !== undefined) removeHeader(x.headers, "sec-websocket-extensions");
   let data: Dispatcher.UpgradeData;
   try {
     data = await agent.upgrade({
@@ -37,12 +41,29 @@ export async function forwardUpgrade(agent: Agent, x: Exchange, client: Socket, 
   }
   // The response object was only a vehicle for errors: from here on the socket is raw.
   x.res.detachSocket(client);
-  client.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(data.headers)}\r\n`);
+  const patterns = x.rt.scrubPatterns(x);
+  const headers = patterns?.active ? scrubHeaders(patterns, data.headers) : data.headers;
+  client.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(headers)}\r\n`);
   if (head.length > 0) upstream.write(head);
   client.on("error", () => upstream.destroy());
   upstream.on("error", () => client.destroy());
   client.on("close", () => upstream.destroy());
   upstream.on("close", () => client.destroy());
   client.pipe(upstream);
-  upstream.pipe(client);
+  if (patterns?.active) {
+    // Frames from the upstream pass the scrubber with length-preserving replacements, so the
+    // frame headers' lengths stay true (compression was not offered for such upgrades).
+    const scrubber = new ResponseScrubber(patterns.sameLength());
+    const scrub = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        done(null, scrubber.push(chunk));
+      },
+      flush(done) {
+        done(null, scrubber.end());
+      },
+    });
+    upstream.pipe(scrub).pipe(client);
+  } else {
+    upstream.pipe(client);
+  }
 }

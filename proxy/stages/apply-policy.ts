@@ -10,12 +10,33 @@ function matches(rule: PolicyRule, method: string, path: string): boolean {
   return rule.paths.length === 0 || micromatch.isMatch(path, rule.paths as string[], { dot: true });
 }
 
+/**
+ * The path as a server will read it: percent-escapes decoded, `.` and `..` segments resolved,
+ * repeated slashes collapsed. Policy matches this form, so `/x/../repos`, `/%72epos` and
+ * `//repos` cannot slip past a rule written for `/repos/**`.
+ */
+export function normalizePath(raw: string): string {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(raw);
+  } catch {
+    decoded = raw;
+  }
+  const out: string[] = [];
+  for (const segment of decoded.split("/")) {
+    if (segment === "" || segment === ".") continue;
+    if (segment === "..") out.pop();
+    else out.push(segment);
+  }
+  return "/" + out.join("/") + (decoded.endsWith("/") && out.length > 0 ? "/" : "");
+}
+
 export function applyPolicy(x: Exchange): void {
   const rules = x.provider?.rule.policy;
   if (rules === undefined || rules.length === 0) return;
   const method = (x.req.method ?? "GET").toUpperCase();
   const q = x.path.indexOf("?");
-  const path = q === -1 ? x.path : x.path.slice(0, q);
+  const path = normalizePath(q === -1 ? x.path : x.path.slice(0, q));
   const id = x.provider!.rule.id;
   for (const rule of rules) {
     if (!matches(rule, method, path)) continue;

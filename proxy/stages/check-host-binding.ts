@@ -2,6 +2,7 @@
 import { BrokerError } from "../../core/errors.js";
 import { normalizeHost } from "../../rules/host-pattern.js";
 import type { Exchange } from "../exchange.js";
+import { setHeader } from "../headers.js";
 
 export function parseHostHeader(
   value: string,
@@ -19,9 +20,12 @@ export function parseHostHeader(
 export function checkHostBinding(x: Exchange): void {
   if (x.mode !== "intercept") return;
   const hostHeader = x.req.headers.host;
+  let hosts = 0;
+  for (let i = 0; i < x.req.rawHeaders.length; i += 2)
+    if (x.req.rawHeaders[i]!.toLowerCase() === "host") hosts++;
   const parsed = hostHeader === undefined ? undefined : parseHostHeader(hostHeader, 443);
   const sni = x.sni === undefined ? undefined : normalizeHostOrRaw(x.sni);
-  const hostOk = parsed !== undefined && parsed.host === x.host && parsed.port === x.port;
+  const hostOk = hosts === 1 && parsed !== undefined && parsed.host === x.host && parsed.port === x.port;
   const sniOk = sni === undefined || sni === x.host;
   if (!hostOk || !sniOk) {
     throw new BrokerError(
@@ -32,6 +36,8 @@ export function checkHostBinding(x: Exchange): void {
       { hint: "send the request to the host the connection was opened for" },
     );
   }
+  // Upstream, the name is written one way only (undici takes the TLS server name from it).
+  setHeader(x.headers, "host", x.port === 443 ? x.host : `${x.host}:${x.port}`);
 }
 
 function normalizeHostOrRaw(host: string): string {

@@ -85,6 +85,7 @@ function assertClientMayUse(x: Exchange): void {
 export function applyCredential(x: Exchange, secret: Secret): void {
   const plan = x.injection!;
   const rule = x.provider!.rule;
+  // Replacements below are functions: a `$` in a secret must not be read as a `$&` pattern.
   const value = secret.reveal();
   x.headers.length = 0;
   x.headers.push(...plan.headers);
@@ -93,7 +94,11 @@ export function applyCredential(x: Exchange, secret: Secret): void {
   if (plan.sites === undefined) {
     for (const name of rule.inject.headers) {
       const format = rule.inject.format ?? (name === "authorization" ? "Bearer {secret}" : "{secret}");
-      setHeader(x.headers, name, format.replaceAll("{secret}", value));
+      setHeader(
+        x.headers,
+        name,
+        format.replaceAll("{secret}", () => value),
+      );
     }
     if (rule.inject.query !== undefined && queryValue(x.path, rule.inject.query) !== undefined) {
       x.path = rewriteQuery(x.path, rule.inject.query, () => value);
@@ -101,14 +106,14 @@ export function applyCredential(x: Exchange, secret: Secret): void {
     return;
   }
   const placeholder = x.placeholder!;
-  for (const i of plan.sites.headers) x.headers[i] = x.headers[i]!.replaceAll(placeholder, value);
+  for (const i of plan.sites.headers) x.headers[i] = x.headers[i]!.replaceAll(placeholder, () => value);
   if (plan.sites.basic !== undefined) {
     const decoded = Buffer.from(x.headers[plan.sites.basic]!.slice(6).trim(), "base64").toString("utf8");
     x.headers[plan.sites.basic] =
-      "Basic " + Buffer.from(decoded.replaceAll(placeholder, value)).toString("base64");
+      "Basic " + Buffer.from(decoded.replaceAll(placeholder, () => value)).toString("base64");
   }
   if (plan.sites.query)
-    x.path = rewriteQuery(x.path, rule.inject.query!, (old) => old.replaceAll(placeholder, value));
+    x.path = rewriteQuery(x.path, rule.inject.query!, (old) => old.replaceAll(placeholder, () => value));
 }
 
 /**

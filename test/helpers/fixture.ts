@@ -16,6 +16,7 @@ export const HOSTS = [
   "generativelanguage.googleapis.com",
   "api.github.com",
   "evil.example",
+  "tunnel.test",
 ];
 
 export interface Fixture {

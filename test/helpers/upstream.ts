@@ -147,10 +147,14 @@ export async function startUpstream(): Promise<FakeUpstream> {
     const accept = createHash("sha1")
       .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
       .digest("base64");
+    // `?echo=1`: a careless upstream that echoes the credential in a header and a frame.
+    const echo = (req.url ?? "").includes("echo=1") ? String(req.headers.authorization ?? "") : undefined;
     socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n${
+        echo === undefined ? "" : `X-Echo: ${echo}\r\n`
+      }\r\n`,
     );
-    const text = Buffer.from("hello from upstream");
+    const text = Buffer.from(echo ?? "hello from upstream");
     socket.write(Buffer.concat([Buffer.from([0x81, text.length]), text]));
     socket.on("error", () => socket.destroy());
   });

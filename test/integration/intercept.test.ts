@@ -324,3 +324,44 @@ describe("intercepted HTTPS", () => {
     expect(answer).toContain("placeholder_host_mismatch");
   });
 });
+
+describe("regressions from review", () => {
+  it("matches deny policies on the normalized path: dot segments, escapes and double slashes", async () => {
+    const ph = await f.placeholder("github");
+    const basic = `Basic ${Buffer.from(`x-access-token:${ph}`).toString("base64")}`;
+    const before = f.upstream.received.length;
+    for (const path of ["/x/../repos/a/b", "/%72epos/a/b", "//repos/a/b"]) {
+      const res = await request(`https://api.github.com${path}`, {
+        method: "DELETE",
+        dispatcher: agent,
+        headers: { authorization: basic },
+      });
+      expect(res.statusCode, path).toBe(403);
+      await res.body.text();
+    }
+    expect(f.upstream.received.length).toBe(before);
+  });
+
+  it("refuses a request with two Host headers (421)", async () => {
+    const socket = netConnect(f.broker.port, "127.0.0.1");
+    await once(socket, "connect");
+    socket.write("CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n");
+    await once(socket, "data");
+    const tls = tlsConnect({
+      socket,
+      servername: "api.openai.com",
+      ca: readFileSync(f.broker.caPath, "utf8"),
+    });
+    await once(tls, "secureConnect");
+    tls.write(
+      "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+    );
+    let answer = "";
+    tls.on("data", (d: Buffer) => {
+      answer += d.toString();
+    });
+    await once(tls, "end");
+    expect(answer).toMatch(/^HTTP\/1.1 421/);
+    tls.destroy();
+  });
+});

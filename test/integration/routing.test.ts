@@ -40,9 +40,8 @@ describe("routing", () => {
     const f = await fixture();
     const socket = netConnect(f.broker.port, "127.0.0.1");
     await once(socket, "connect");
-    socket.write(
-      `CONNECT 127.0.0.1:${f.upstream.port} HTTP/1.1\r\nHost: 127.0.0.1:${f.upstream.port}\r\n\r\n`,
-    );
+    // tunnel.test has no provider; resolve: maps it to the fake upstream.
+    socket.write("CONNECT tunnel.test:443 HTTP/1.1\r\nHost: tunnel.test:443\r\n\r\n");
     const [head] = (await once(socket, "data")) as [Buffer];
     expect(head.toString()).toMatch(/^HTTP\/1.1 200/);
     // Trusting only the upstream's CA works: keybroker did not terminate this TLS.
@@ -61,6 +60,26 @@ describe("routing", () => {
     await once(tls, "end");
     expect(answer).toMatch(/^HTTP\/1.1 200/);
     expect(f.upstream.received.at(-1)!.host).toBe("tunnel.test");
+  });
+
+  it("refuses to tunnel to a loopback or private address not listed in resolve", async () => {
+    const f = await fixture();
+    for (const target of [
+      `127.0.0.1:${f.broker.port}`,
+      `localhost:${f.upstream.port}`,
+      "169.254.169.254:80",
+    ]) {
+      const socket = netConnect(f.broker.port, "127.0.0.1");
+      await once(socket, "connect");
+      socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+      let answer = "";
+      socket.on("data", (d: Buffer) => {
+        answer += d.toString();
+      });
+      await once(socket, "close");
+      expect(answer, target).toMatch(/^HTTP\/1.1 502/);
+      expect(answer, target).toContain("loopback/private");
+    }
   });
 
   it("with intercept: all, blocks a placeholder bound for a host without a rule; that host receives nothing", async () => {
@@ -281,5 +300,57 @@ describe("rules and restarts", () => {
     expect(f.upstream.received.at(-1)!.method).toBe("DELETE");
     await agent.close();
     expect(ALL_REAL.some((s) => f.broker.stderr().includes(s))).toBe(false);
+  });
+});
+
+describe("the listener's own endpoints", () => {
+  it("refuse requests from web pages: a foreign Host (DNS rebinding), Origin or Sec-Fetch-Site", async () => {
+    const f = await fixture();
+    const before = f.upstream.received.length;
+    const url = `${f.broker.url}/p/openai/v1/chat/completions`;
+    for (const headers of [
+      { host: `evil.attacker.com:${f.broker.port}` },
+      { origin: "http://evil.attacker.com" },
+      { "sec-fetch-site": "cross-site" },
+    ]) {
+      const res = await request(url, {
+        method: "POST",
+        headers: { "content-type": "text/plain", ...headers },
+        body: "{}",
+      });
+      expect(res.statusCode, JSON.stringify(headers)).toBe(400);
+      expect(((await res.body.json()) as { error: { message: string } }).error.message).toMatch(
+        /not served here|web pages/,
+      );
+    }
+    expect(f.upstream.received.length).toBe(before);
+    // A local program (no Origin, a loopback Host) is served.
+    const ok = await request(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(ok.statusCode).toBe(200);
+    await ok.body.text();
+  });
+});
+
+describe("secrets with replacement patterns", () => {
+  it("injects a key containing $&, $` and $' exactly as it is", async () => {
+    const key = "sk-real$&dollar$`key$'end$$1234567890";
+    const f = await fixture({ env: { OPENAI_API_KEY: key } });
+    const agent = agentFor(f);
+    const ph = await f.placeholder("openai");
+    const res = await request("https://api.openai.com/v1/models", {
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${key}`);
+    const reverse = await request(`${f.broker.url}/p/openai/v1/models`);
+    await reverse.body.text();
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${key}`);
+    await agent.close();
   });
 });

@@ -69,4 +69,22 @@ describe("WebSocket upgrades", () => {
     expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
     ws.close();
   });
+
+  it("scrubs an echo of the credential from the 101 headers and the frames", async () => {
+    const ph = await f.placeholder("openai");
+    const dispatcher = new ProxyAgent({
+      uri: f.broker.url,
+      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+    });
+    const ws = new WebSocket("wss://api.openai.com/v1/realtime?echo=1", {
+      dispatcher,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    const message = await firstMessage(ws);
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    expect(message).not.toContain(REAL_OPENAI);
+    expect(message).toContain(ph.slice(0, 12));
+    ws.close();
+    await dispatcher.close();
+  });
 });
