@@ -118,14 +118,19 @@ export function cli(
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** Async variant, for commands that talk to a broker started by the same test. */
-export async function cliAsync(
+/**
+ * Runs a program to completion, collecting what it printed (kept for the secret scan too).
+ * `close` waits for its output streams as well as its exit.
+ */
+export async function runProcess(
+  command: string,
   args: string[],
   opts: { env?: Record<string, string>; cwd?: string } = {},
 ): Promise<CliResult> {
-  const child = spawn(process.execPath, [CLI, ...args], {
+  const child = spawn(command, args, {
     cwd: opts.cwd ?? tmpdir(),
     env: baseEnv(opts.env),
+    stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";
   let stderr = "";
@@ -135,9 +140,17 @@ export async function cliAsync(
   child.stderr.on("data", (d: Buffer) => {
     stderr += d.toString();
   });
-  const [status] = (await once(child, "exit")) as [number | null];
+  const [status] = (await once(child, "close")) as [number | null];
   outputs.push(stdout, stderr);
   return { status, stdout, stderr };
+}
+
+/** Async variant of `cli`, for commands that talk to a broker started by the same test. */
+export function cliAsync(
+  args: string[],
+  opts: { env?: Record<string, string>; cwd?: string } = {},
+): Promise<CliResult> {
+  return runProcess(process.execPath, [CLI, ...args], opts);
 }
 
 export function writeConfig(dir: string, yaml: string, name = "keybroker.yaml"): string {

@@ -3,12 +3,10 @@
 // Each one must get its answer, the provider must see the real key and no placeholder, and the
 // client itself must never see the real key.
 
-import { spawn } from "node:child_process";
-import { once } from "node:events";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { baseEnv, cliAsync, outputs, ROOT } from "../helpers/broker.js";
+import { type CliResult, cliAsync, ROOT, runProcess } from "../helpers/broker.js";
 import { type Fixture, REAL_ANTHROPIC, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 import type { Route } from "../helpers/upstream.js";
 
@@ -40,11 +38,7 @@ afterAll(async () => {
   expect(f.leaks()).toEqual([]);
 });
 
-interface Run {
-  readonly status: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
+type Run = CliResult;
 
 /** Runs a client to completion with exactly `env` on top of the clean base environment. */
 async function run(command: string, args: string[], env: Record<string, string>): Promise<Run> {
@@ -53,19 +47,8 @@ async function run(command: string, args: string[], env: Record<string, string>)
     expect(value).not.toContain(REAL_OPENAI);
     expect(value).not.toContain(REAL_ANTHROPIC);
   }
-  const child = spawn(command, args, { cwd: f.dir, env: baseEnv(env), stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const [status] = (await once(child, "close")) as [number | null];
-  // Everything a client printed joins the broker's outputs in the final secret scan.
-  outputs.push(stdout, stderr);
-  return { status, stdout, stderr };
+  // What a client printed joins the broker's outputs in the final secret scan.
+  return runProcess(command, args, { cwd: f.dir, env });
 }
 
 /** The client's last stdout line, a JSON summary its script printed. */

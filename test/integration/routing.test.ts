@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { cliAsync, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import { cliAsync, startBroker } from "../helpers/broker.js";
 import {
   ALL_REAL,
   type Fixture,
@@ -15,7 +15,7 @@ import {
   rulesFor,
   startFixture,
 } from "../helpers/fixture.js";
-import { startUpstream } from "../helpers/upstream.js";
+import type { FakeUpstream } from "../helpers/upstream.js";
 
 const open: Fixture[] = [];
 afterEach(async () => {
@@ -105,79 +105,53 @@ describe("routing", () => {
     await agent.close();
   });
 
-  it("refuses an upstream in a loopback range that neither resolve nor the provider allows", async () => {
-    const u = await startUpstream();
-    const home = tempHome();
-    const config = writeConfig(
-      tempHome(),
-      `version: 1
+  /** A provider on localhost:<upstream port>, which resolves into the loopback range. */
+  const localProvider = (allow: boolean) => (u: FakeUpstream) =>
+    `version: 1
 upstream_ca: [${JSON.stringify(u.caPath)}]
 providers:
   local:
     hosts: ["localhost:${u.port}"]
     credentials: [LOCAL_KEY]
-`,
-    );
-    const broker = await startBroker({ home, config, env: { LOCAL_KEY: REAL_OPENAI } });
-    const agent = new ProxyAgent({
-      uri: broker.url,
-      requestTls: { ca: readFileSync(broker.caPath, "utf8") },
-    });
-    try {
-      const res = await request(`https://localhost:${u.port}/v1/models`, { dispatcher: agent });
-      expect(res.statusCode).toBe(502);
-      const body = (await res.body.json()) as { error: { type: string; hint: string } };
-      expect(body.error.type).toBe("upstream_unreachable");
-      expect(body.error.hint).toContain("allow_private_upstream");
-      expect(u.received.length).toBe(0);
-    } finally {
-      await agent.close();
-      await broker.stop();
-      await u.close();
-    }
-    expect(findSecrets(ALL_REAL, [home])).toEqual([]);
+${allow ? "    allow_private_upstream: true\n" : ""}`;
+
+  it("refuses an upstream in a loopback range that neither resolve nor the provider allows", async () => {
+    const f = await fixture({ rules: localProvider(false), env: { LOCAL_KEY: "sk-local-0123456789abcdef" } });
+    const agent = agentFor(f);
+    const res = await request(`https://localhost:${f.upstream.port}/v1/models`, { dispatcher: agent });
+    expect(res.statusCode).toBe(502);
+    const body = (await res.body.json()) as { error: { type: string; hint: string } };
+    expect(body.error.type).toBe("upstream_unreachable");
+    expect(body.error.hint).toContain("allow_private_upstream");
+    expect(f.upstream.received.length).toBe(0);
+    await agent.close();
   });
 
   it("allows a private upstream when the provider opts in", async () => {
-    const u = await startUpstream();
-    const home = tempHome();
-    const config = writeConfig(
-      tempHome(),
-      `version: 1
-upstream_ca: [${JSON.stringify(u.caPath)}]
-providers:
-  local:
-    hosts: ["localhost:${u.port}"]
-    credentials: [LOCAL_KEY]
-    allow_private_upstream: true
-`,
-    );
-    const broker = await startBroker({ home, config, env: { LOCAL_KEY: REAL_OPENAI } });
-    const agent = new ProxyAgent({
-      uri: broker.url,
-      requestTls: { ca: readFileSync(broker.caPath, "utf8") },
+    const key = "sk-local-0123456789abcdef";
+    const f = await fixture({ rules: localProvider(true), env: { LOCAL_KEY: key } });
+    const agent = agentFor(f);
+    const vars = JSON.parse(
+      (
+        await cliAsync([
+          "env",
+          "--home",
+          f.home,
+          "--config",
+          join(f.dir, "keybroker.yaml"),
+          "--format",
+          "json",
+        ])
+      ).stdout,
+    ) as Record<string, string>;
+    const res = await request(`https://localhost:${f.upstream.port}/v1/models`, {
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${vars.LOCAL_API_KEY}` },
     });
-    try {
-      const vars = JSON.parse(
-        (
-          await cliAsync(["env", "--home", home, "--config", config, "--format", "json"], {
-            env: { LOCAL_KEY: REAL_OPENAI },
-          })
-        ).stdout,
-      ) as Record<string, string>;
-      const ph = vars.LOCAL_API_KEY!;
-      const res = await request(`https://localhost:${u.port}/v1/models`, {
-        dispatcher: agent,
-        headers: { authorization: `Bearer ${ph}` },
-      });
-      expect(res.statusCode).toBe(200);
-      await res.body.text();
-      expect(u.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
-    } finally {
-      await agent.close();
-      await broker.stop();
-      await u.close();
-    }
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${key}`);
+    await agent.close();
   });
 
   it("verifies the upstream's certificate: an untrusted upstream gets 502 upstream_tls and no key", async () => {
