@@ -243,3 +243,57 @@ describe("ScrubPatterns", () => {
     expect(p.holdback).toBe(Math.max(n, core(0), core(1), core(2)) - 1);
   });
 });
+
+describe("ScrubPatterns: anchored search", () => {
+  // Forms longer than 7 bytes are found by a 7-byte window and then compared whole; these
+  // bodies put that window where the rest of the form does not follow.
+  const KEY = "sk-real-123-abcdefgh";
+  const p = new ScrubPatterns([{ secret: KEY, replacement: "PH" }]);
+  const naive = (text: string) => text.split(KEY).join("PH");
+
+  it("finds a form whose window also occurs in near misses before it", () => {
+    const near = (cut: number) => KEY.slice(0, cut) + "#";
+    const text = `${[4, 8, 12, 16, 19].map(near).join(" ")} ${KEY} ${near(11)}${KEY}${KEY}`;
+    expect(p.scrubBuffer(Buffer.from(text)).toString()).toBe(naive(text));
+  });
+
+  it("finds a form at the very start and the very end of the data", () => {
+    const text = `${KEY}middle${KEY}`;
+    expect(p.scrubBuffer(Buffer.from(text)).toString()).toBe("PHmiddlePH");
+  });
+
+  it("does not report a form whose window is in the data but whose end is cut off", () => {
+    const text = `tail ${KEY.slice(0, KEY.length - 1)}`;
+    expect(p.scrubBuffer(Buffer.from(text)).toString()).toBe(text);
+  });
+
+  it("matches a naive replacement on random text built from the key's own bytes", () => {
+    const alphabet = `${KEY}-1#`;
+    let seed = 7;
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      return seed % n;
+    };
+    for (let round = 0; round < 200; round++) {
+      let text = "";
+      while (text.length < 300) {
+        text +=
+          rand(5) === 0
+            ? KEY
+            : KEY.slice(rand(KEY.length), rand(KEY.length) + 1) + alphabet[rand(alphabet.length)];
+      }
+      expect(p.scrubBuffer(Buffer.from(text)).toString()).toBe(naive(text));
+      const cut = rand(text.length);
+      const chunks = [Buffer.from(text).subarray(0, cut), Buffer.from(text).subarray(cut)];
+      expect(streamed(chunks, p).toString()).toBe(naive(text));
+    }
+  });
+
+  it("still scrubs header values for a secret with non-ASCII characters", () => {
+    const secret = "pässwörd-Ω-1234";
+    const q = new ScrubPatterns([{ secret, replacement: "PLACEHOLDER" }]);
+    const headers = scrubHeaders(q, { "x-echo": `token=${secret}`, "x-other": "plain" });
+    expect(headers["x-echo"]).toBe("token=PLACEHOLDER");
+    expect(headers["x-other"]).toBe("plain");
+  });
+});
