@@ -3,10 +3,24 @@
 // loopback/private addresses unless a rule allows them.
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from "node:dns";
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { BlockList, isIP } from "node:net";
 import { createSecureContext } from "node:tls";
-import { Agent, buildConnector } from "undici";
+import type * as Undici from "undici";
 import { systemRootsPem } from "../certs/bundle.js";
+
+// Only the parts of undici the broker uses: the Agent, the connector and the request API
+// (`request`, `upgrade`), which undici's index adds to every dispatcher the same way. The index
+// also loads fetch, WebSocket, the cache and the mock agents: several MiB of resident memory
+// that a broker never uses.
+const require = createRequire(import.meta.url);
+const Agent = require("undici/lib/dispatcher/agent.js") as typeof Undici.Agent;
+const buildConnector = require("undici/lib/core/connect.js") as typeof Undici.buildConnector;
+Object.assign(
+  (require("undici/lib/dispatcher/dispatcher.js") as { prototype: object }).prototype,
+  require("undici/lib/api/index.js"),
+);
+type Agent = Undici.Agent;
 
 const PRIVATE = new BlockList();
 for (const [net, prefix] of [
@@ -98,7 +112,7 @@ export function createUpstreamAgent(opts: UpstreamOptions): Agent {
   // would parse the ~150 system roots again.
   const secureContext = createSecureContext({ ca: trustedRoots(opts.upstreamCa) });
   const tls = { secureContext, rejectUnauthorized: true, maxCachedSessions: 1000 };
-  const strict = buildConnector({ ...tls, lookup: guardedLookup } as buildConnector.BuildOptions);
+  const strict = buildConnector({ ...tls, lookup: guardedLookup } as Undici.buildConnector.BuildOptions);
   const open = buildConnector(tls);
   const timeout = opts.timeoutMs ?? 30 * 60_000;
   return new Agent({
