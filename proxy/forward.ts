@@ -4,6 +4,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { Agent, Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
+import { noteStreamed } from "../core/v8-tuning.js";
 import { type Exchange, originOf } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
 import { PrivateAddressError } from "./upstream.js";
@@ -175,6 +176,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       },
       onResponseData(c, chunk: Buffer) {
         result.bytesIn += chunk.length;
+        noteStreamed(chunk.length);
         if (hold !== undefined) {
           hold.chunks.push(chunk);
           hold.size += chunk.length;

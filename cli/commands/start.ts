@@ -1,6 +1,7 @@
 import { watch } from "node:fs";
 import { basename, dirname } from "node:path";
 import { UserError } from "../../core/errors.js";
+import { settleHeap, tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
 import { RuleFileError } from "../../rules/errors.js";
 import { loadRules } from "../../rules/load.js";
@@ -22,7 +23,9 @@ and the old rules stay. SIGINT/SIGTERM stop it.
   --port N         listen on this port instead (0 picks a free one)
 
 Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), and the variables
-that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...).
+that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...). KEYBROKER_V8_TUNING=off
+keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
+replaces their flag list.
 
 ${COMMON_HELP}`,
   async run(argv) {
@@ -35,6 +38,7 @@ ${COMMON_HELP}`,
     }
     const ctx = createContext(values);
     const { path, rules } = readRules(ctx, values.config);
+    tuneV8();
     const broker = await Broker.create({ home: ctx.home, rules, log: ctx.log, port, advertise: true });
     try {
       await broker.listen();
@@ -48,6 +52,7 @@ ${COMMON_HELP}`,
       }
       throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
     }
+    settleHeap();
     ctx.out(`keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath}`);
     for (const p of broker.runtime.providers.values()) {
       if (p.active) {

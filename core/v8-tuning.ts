@@ -1,0 +1,57 @@
+// V8 settings for a long-running broker, chosen with `npm run bench` and the peer harness
+// (docs/performance.md, decision 25). They trade a little CPU for a much smaller peak memory:
+//
+//   --liftoff-only           undici parses HTTP with llhttp compiled to WebAssembly. Optimizing
+//                            that one large function with TurboFan, on the first upstream request,
+//                            briefly takes about 35 MiB; the baseline compiler's code is enough.
+//   --heap-growing-percent   V8 lets the old generation grow to several times its live size
+//                            before a full GC: under load, objects promoted out of the young
+//                            generation piled up to about 40 MiB of garbage. 25 % keeps it near
+//                            the live size.
+//
+// Both are read when used, so setting them at start-up works. The young generation's size is
+// fixed when the process starts: `npm start` and bench/peer-extra.sh pass
+// `--max-semi-space-size=2` on node's command line.
+import v8 from "node:v8";
+import vm from "node:vm";
+
+export const V8_FLAGS = ["--liftoff-only", "--heap-growing-percent=25"] as const;
+
+/** Streamed body bytes between two young-generation GCs (see `noteStreamed`). */
+const STREAMED_GC_BYTES = 2 * 1024 * 1024;
+
+let minorGc: (() => void) | undefined;
+let streamed = 0;
+
+/** Applies the flags above; call it before the first upstream request. */
+export function tuneV8(): void {
+  if (process.env.KEYBROKER_V8_TUNING === "off") return;
+  const flags = process.env.KEYBROKER_V8_FLAGS?.split(/\s+/).filter(Boolean) ?? V8_FLAGS;
+  for (const flag of flags) v8.setFlagsFromString(flag);
+  // A received chunk's memory (an ArrayBuffer outside V8's heap) is freed only when a GC finds
+  // it dead, and young-generation GCs are triggered by JavaScript allocation, not by those
+  // bytes. A download allocates little JavaScript per MiB, so dead chunks piled up to about
+  // 35 MiB before V8 noticed. A young-generation GC after every few MiB streamed bounds that.
+  v8.setFlagsFromString("--expose-gc");
+  const gc = vm.runInNewContext("gc") as (options?: { type: "minor" | "major" }) => void;
+  minorGc = () => gc({ type: "minor" });
+}
+
+/**
+ * One full GC once start-up is done. The old generation's first limit is a fixed size much
+ * larger than the broker's live heap, and `--heap-growing-percent` only applies from the first
+ * full GC on: without this one, the first burst of load grew the heap by about 20 MiB first.
+ */
+export function settleHeap(): void {
+  if (minorGc === undefined) return;
+  (vm.runInNewContext("gc") as () => void)();
+}
+
+/** Counts body bytes passed through; runs a young-generation GC every few MiB. */
+export function noteStreamed(bytes: number): void {
+  if (minorGc === undefined) return;
+  streamed += bytes;
+  if (streamed < STREAMED_GC_BYTES) return;
+  streamed = 0;
+  minorGc();
+}
