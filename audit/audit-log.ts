@@ -11,7 +11,7 @@
 // with `}` — that is, of the line without its `,"hash":"…"` member. A changed line no longer
 // matches its own hash; a removed, inserted or reordered line breaks the `prev` link of the line
 // that follows it.
-import { createHash } from "node:crypto";
+import { hash as oneShotHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { open, rename, stat, truncate, unlink } from "node:fs/promises";
 import { join } from "node:path";
@@ -119,7 +119,7 @@ export function rotatedAuditFile(home: string, n: number): string {
 }
 
 export function sha256(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
+  return oneShotHash("sha256", text, "hex");
 }
 
 /**
@@ -149,9 +149,18 @@ export function stripQuery(path: string, params: readonly string[]): string {
   return `${path.slice(0, q)}?${parts.join("&")}${hashAt === -1 ? "" : path.slice(hashAt)}`;
 }
 
+let lastMs = Number.NaN;
+let lastIso = "";
+
 function isoTime(t: Date | number | string): string {
   if (typeof t === "string") return t;
-  return (typeof t === "number" ? new Date(t) : t).toISOString();
+  if (typeof t !== "number") return t.toISOString();
+  // Under load, many lines share a millisecond: format each millisecond once.
+  if (t !== lastMs) {
+    lastMs = t;
+    lastIso = new Date(t).toISOString();
+  }
+  return lastIso;
 }
 
 /** The line's text without `hash`, ending with `"prev":"…"}`; `hash` is the sha256 of it. */
