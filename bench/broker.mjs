@@ -71,14 +71,15 @@ export async function startBroker({ dir, home, name, upstream, wildHosts, varian
     ruleFile({ upstreamPort: upstream.port, upstreamCa: upstream.ca, wildHosts, variant }),
   );
   const logFile = path.join(dir, `keybroker-${name}.log`);
-  const args = [...nodeOptions, BROKER_MAIN, "start", "--home", home, "--config", config, "--port", "0"];
+  const flags = variant?.nodeOptions ?? nodeOptions;
+  const args = [...flags, BROKER_MAIN, "start", "--home", home, "--config", config, "--port", "0"];
   let started;
   try {
     started = await startChild({
       name: `keybroker (${name})`,
       cmd: process.execPath,
       args,
-      env: { ...process.env, BENCH_REAL_KEY: REAL_KEY },
+      env: { ...process.env, BENCH_REAL_KEY: REAL_KEY, ...variant?.env },
       logFile,
       ready: (line) => /keybroker listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line)?.[1],
     });

@@ -2,8 +2,8 @@
 // `npm run bench`: keybroker against a direct connection, on this machine, in one run.
 //
 //   node bench/run.mjs [--quick] [--duration S] [--rounds N] [--only seq,thr,sse,big,newhost,idle,variants]
-//                      [--variants default,...] [--node-options "--max-semi-space-size=2"]
-//                      [--idle-streams N] [--out FILE.json] [--keep]
+//                      [--variants default,...] [--node-options "--max-semi-space-size=4"]
+//                      [--seq-n N] [--idle-streams N] [--out FILE.json] [--keep]
 //
 // What runs, all on 127.0.0.1:
 //   - a fake LLM provider (bench/upstream.mjs, its own process) behind a throwaway test CA;
@@ -72,8 +72,10 @@ const OPTIONS = {
   rounds: { type: "string" },
   only: { type: "string", default: ALL_STEPS.join(",") },
   variants: { type: "string" },
-  "node-options": { type: "string", default: "" },
+  // The flags `npm start` and bench/peer-extra.sh give the broker's node.
+  "node-options": { type: "string", default: "--max-semi-space-size=2 --single-threaded-gc" },
   "idle-streams": { type: "string" },
+  "seq-n": { type: "string" },
   out: { type: "string" },
   keep: { type: "boolean", default: false },
   help: { type: "boolean", short: "h", default: false },
@@ -110,6 +112,7 @@ const opts = structuredClone(args.quick ? QUICK : FULL);
 if (args.duration) opts.thr.durationS = Number(args.duration);
 if (args.rounds) opts.thr.rounds = Math.max(1, Number(args.rounds));
 if (args["idle-streams"]) opts.idle.streams = Number(args["idle-streams"]);
+if (args["seq-n"]) opts.seq.n = Math.max(1, Number(args["seq-n"]));
 const steps = new Set(args.only.split(",").map((s) => s.trim()));
 for (const s of steps)
   if (!ALL_STEPS.includes(s)) fail(`--only: unknown step "${s}" (steps: ${ALL_STEPS.join(", ")})`);

@@ -48,13 +48,23 @@ export async function sequential(target, env) {
     for (let i = 0; i < warmup; i++) await target.post(d);
     const lat = [];
     const deadline = nowMs() + maxSeconds * 1000;
+    const cpu = cpuMeter(target, env);
     for (let i = 0; i < n && nowMs() < deadline; i++) {
       const t = nowMs();
       await target.post(d);
       lat.push(nowMs() - t);
     }
+    const used = cpu();
     const s = summarize(lat);
-    return { n: s.n, p50_ms: s.p50, p99_ms: s.p99, max_ms: s.max, truncated: s.n < n };
+    return {
+      n: s.n,
+      p50_ms: s.p50,
+      p99_ms: s.p99,
+      max_ms: s.max,
+      truncated: s.n < n,
+      broker_us_per_req: usPer(used.broker_s, s.n),
+      upstream_us_per_req: usPer(used.upstream_s, s.n),
+    };
   } finally {
     await d.close();
   }

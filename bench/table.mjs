@@ -49,6 +49,15 @@ export function comparisonRows(r) {
       seq.keybroker.p99_ms,
       added(seq.keybroker.p99_ms, seq.direct.p99_ms),
     );
+    if (seq.keybroker.broker_us_per_req != null) {
+      row("seq: broker CPU per request (µs)", null, seq.keybroker.broker_us_per_req, "–");
+      row(
+        "seq: upstream CPU per request (µs)",
+        seq.direct.upstream_us_per_req,
+        seq.keybroker.upstream_us_per_req,
+        ratio(seq.keybroker.upstream_us_per_req, seq.direct.upstream_us_per_req),
+      );
+    }
   }
   const thr = pair("thr");
   if (thr.direct) {

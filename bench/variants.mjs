@@ -4,6 +4,8 @@
 //   top       lines added at the top level of the rule file (column 0)
 //   provider  lines added inside every benchmark provider entry (indent is added for you)
 // Snippets are plain YAML text; flow style (`audit: { enabled: false }`) keeps them to one line.
+// Optional: `nodeOptions` (the broker's node flags, in place of --node-options) and `env`
+// (extra environment variables for the broker).
 //
 // With only `default` listed, throughput runs once (in the main comparison). With more, every
 // variant, `default` included, gets a fresh broker and the same warm-up and measurement, one
@@ -20,5 +22,36 @@ export const VARIANTS = [
     top: "audit: { enabled: false }\nscrub: { responses: false }",
     provider: "",
     note: "neither",
+  },
+
+  // The memory settings (core/v8-tuning.ts and the flags `npm start` passes), against `default`.
+  {
+    name: "untuned",
+    top: "",
+    provider: "",
+    nodeOptions: [],
+    env: { KEYBROKER_V8_TUNING: "off" },
+    note: "node's defaults: no flags, no V8 tuning",
+  },
+  {
+    name: "parallel-gc",
+    top: "",
+    provider: "",
+    nodeOptions: ["--max-semi-space-size=2"],
+    note: "without --single-threaded-gc",
+  },
+  {
+    name: "semi-4",
+    top: "",
+    provider: "",
+    nodeOptions: ["--max-semi-space-size=4", "--single-threaded-gc"],
+    note: "a young generation twice as large",
+  },
+  {
+    name: "turbofan-llhttp",
+    top: "",
+    provider: "",
+    env: { KEYBROKER_V8_FLAGS: "--heap-growing-percent=25" },
+    note: "without --liftoff-only",
   },
 ];
