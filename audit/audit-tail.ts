@@ -51,6 +51,13 @@ export interface FollowOptions {
   readonly pollMs?: number;
 }
 
+/**
+ * How long a break in the chain is waited out before the lines in between are given up: the
+ * file that continues it can appear a moment after the current one while the broker rotates
+ * (a slow machine, or a follower that lists the folder mid-rename).
+ */
+const GAP_WAIT_MS = 2000;
+
 const HASH = /"hash":"([0-9a-f]{64})"\}$/;
 const PREV = /"prev":"([0-9a-f]{64})"/;
 
@@ -94,6 +101,8 @@ export class AuditFollower {
   #running: Promise<void> | undefined;
   #again = false;
   #stopped = false;
+  /** When the chain was first found broken (no file continues it), until it is mended. */
+  #gapSince: number | undefined;
 
   constructor(home: string, opts: FollowOptions) {
     this.#home = home;
@@ -241,8 +250,9 @@ export class AuditFollower {
   /** Shows every file that follows the last line shown, up to the current one, and follows that. */
   async #catchUp(): Promise<void> {
     await this.#closeFollowed();
-    for (let attempt = 0; !this.#stopped; ) {
+    while (!this.#stopped) {
       if (await this.#successor()) {
+        this.#gapSince = undefined;
         await this.#readFollowed();
         const current = await stat(this.#path).catch(() => undefined);
         if (current?.ino === this.#ino) return; // The current file: keep following it.
@@ -261,11 +271,19 @@ export class AuditFollower {
       this.#fh = fh;
       this.#ino = (await fh.stat()).ino;
       this.#pos = 0;
-      if (await this.#readFollowed()) return;
+      if (await this.#readFollowed()) {
+        this.#gapSince = undefined;
+        return;
+      }
       await this.#closeFollowed();
-      // The current file is later than the last line shown. Look again (a file in between may
-      // have received its first line meanwhile); after that, accept the gap.
-      if (++attempt >= 3) this.#lastHash = undefined;
+      // The current file is later than the last line shown. The file in between may still be
+      // on its way: the next event or tick looks again. Once it has not come for GAP_WAIT_MS,
+      // the lines in between are gone (more rotations than kept files, or an edit): go on.
+      const now = Date.now();
+      this.#gapSince ??= now;
+      if (now - this.#gapSince < GAP_WAIT_MS) return;
+      this.#gapSince = undefined;
+      this.#lastHash = undefined;
     }
   }
 }

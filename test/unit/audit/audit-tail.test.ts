@@ -1,8 +1,8 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { AuditLog } from "../../../audit/audit-log.js";
+import { AuditLog, currentAuditFile, rotatedAuditFile } from "../../../audit/audit-log.js";
 import { AuditFollower, formatAuditLine, lastAuditLines } from "../../../audit/audit-tail.js";
 import { listAuditFiles } from "../../../audit/audit-verify.js";
 
@@ -122,5 +122,39 @@ describe("AuditFollower", () => {
     await follower.stop();
     expect(seen).toHaveLength(1);
     expect(JSON.parse(seen[0]!)).toMatchObject({ decision: "reload" });
+  });
+
+  it("waits for a rotated file that appears after the current one, and shows its lines in order", async () => {
+    // A chain written in a scratch home; its last three files are A, B and C (the current one).
+    const scratch = home();
+    const log = new AuditLog(scratch, { maxBytes: 700 });
+    await write(log, 0, 9);
+    await log.close();
+    const files = listAuditFiles(scratch);
+    expect(files.length).toBeGreaterThanOrEqual(3);
+    const [a, b, c] = files.slice(-3) as [string, string, string];
+    const numbers = (f: string) => readFileSync(f, "utf8").split("\n").filter(Boolean).map(nOf);
+
+    // The followed home: A is the current file when the follower starts.
+    const h = home();
+    mkdirSync(join(h, "audit"), { mode: 0o700 });
+    copyFileSync(a, currentAuditFile(h));
+    const seen: number[] = [];
+    const follower = new AuditFollower(h, { last: 0, pollMs: 50, onLine: (line) => seen.push(nOf(line)) });
+    await follower.start();
+
+    // A slow rotation: A moves away and C is current before B is in place.
+    renameSync(currentAuditFile(h), rotatedAuditFile(h, 2));
+    copyFileSync(c, currentAuditFile(h));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    copyFileSync(b, `${rotatedAuditFile(h, 1)}.tmp`);
+    renameSync(`${rotatedAuditFile(h, 1)}.tmp`, rotatedAuditFile(h, 1));
+
+    const expected = [...numbers(b), ...numbers(c)];
+    for (let waited = 0; seen.length < expected.length && waited < 5000; waited += 50) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await follower.stop();
+    expect(seen).toEqual(expected);
   });
 });
