@@ -7,7 +7,8 @@ import { homeKey, homePath } from "../core/home.js";
 import { createLogger, type Logger } from "../core/log.js";
 import { Runtime } from "../proxy/runtime.js";
 import { RuleFileError } from "../rules/errors.js";
-import { findRuleFile, loadRules } from "../rules/load.js";
+import { findRuleFile } from "../rules/find.js";
+import { loadRulesIsolated } from "../rules/load-isolated.js";
 import type { Rules } from "../rules/types.js";
 import type { SecretResolver } from "../secrets/resolver.js";
 import { createSecretResolver } from "../secrets/sources.js";
@@ -37,14 +38,18 @@ export function createContext(opts: CommonOptions): Context {
   };
 }
 
-/** The rule file's path (or undefined for the embedded catalogue) and the loaded rules. */
-export function readRules(
+/**
+ * The rule file's path (or undefined for the embedded catalogue) and the loaded rules, checked
+ * in a worker thread (rules/load-isolated.ts): for the broker, which runs for days. Commands
+ * that exit at once use readRules (cli/read-rules.ts).
+ */
+export async function readRulesIsolated(
   ctx: Context,
   config: string | undefined,
-): { path: string | undefined; rules: Rules } {
+): Promise<{ path: string | undefined; rules: Rules }> {
   try {
     const path = findRuleFile({ config, env: ctx.env, cwd: ctx.cwd, home: ctx.home });
-    return { path, rules: loadRules(path) };
+    return { path, rules: await loadRulesIsolated(path) };
   } catch (err) {
     if (err instanceof RuleFileError) throw new UserError(err.message);
     throw err;

@@ -4,18 +4,69 @@ import { knownSecrets } from "../audit/scrub.js";
 import { UserError } from "../core/errors.js";
 import { UsageError } from "./args.js";
 import type { Command } from "./command.js";
-import { audit } from "./commands/audit.js";
-import { auth } from "./commands/auth.js";
-import { ca } from "./commands/ca.js";
-import { check } from "./commands/check.js";
-import { env } from "./commands/env.js";
-import { init } from "./commands/init.js";
-import { redact } from "./commands/redact.js";
-import { run } from "./commands/run.js";
-import { start } from "./commands/start.js";
-import { status } from "./commands/status.js";
 
-const COMMANDS: readonly Command[] = [init, start, run, env, ca, check, status, auth, redact, audit];
+/**
+ * The commands, each loaded when it runs: `start` then loads only what the broker needs (the
+ * rule file's libraries stay out of its heap, see rules/load-isolated.ts).
+ */
+interface CommandEntry {
+  readonly name: string;
+  readonly summary: string;
+  readonly load: () => Promise<Command>;
+}
+
+const COMMANDS: readonly CommandEntry[] = [
+  {
+    name: "init",
+    summary: "create the home, the CA and a starter keybroker.yaml",
+    load: async () => (await import("./commands/init.js")).init,
+  },
+  {
+    name: "start",
+    summary: "run the broker in the foreground",
+    load: async () => (await import("./commands/start.js")).start,
+  },
+  {
+    name: "run",
+    summary: "run a command behind the broker, with placeholders instead of real keys",
+    load: async () => (await import("./commands/run.js")).run,
+  },
+  {
+    name: "env",
+    summary: "print the variables an agent needs (proxy, CA bundle, placeholders)",
+    load: async () => (await import("./commands/env.js")).env,
+  },
+  {
+    name: "ca",
+    summary: "the local CA: its path, its PEM, or a trust bundle",
+    load: async () => (await import("./commands/ca.js")).ca,
+  },
+  {
+    name: "check",
+    summary: "validate the rule file and resolve every credential (values never printed)",
+    load: async () => (await import("./commands/check.js")).check,
+  },
+  {
+    name: "status",
+    summary: "is the broker running; each provider's credentials and their state",
+    load: async () => (await import("./commands/status.js")).status,
+  },
+  {
+    name: "auth",
+    summary: "credentials: explain where a key comes from, list them, reset their marks",
+    load: async () => (await import("./commands/auth.js")).auth,
+  },
+  {
+    name: "redact",
+    summary: "mask secrets in a transcript or log: stdin → stdout",
+    load: async () => (await import("./commands/redact.js")).redact,
+  },
+  {
+    name: "audit",
+    summary: "show the audit log (tail [-f]) or check its hash chain (verify)",
+    load: async () => (await import("./commands/audit.js")).audit,
+  },
+];
 
 function usage(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));
@@ -42,11 +93,12 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write("0.1.0\n");
     return 0;
   }
-  const command = COMMANDS.find((c) => c.name === name);
-  if (command === undefined) {
+  const entry = COMMANDS.find((c) => c.name === name);
+  if (entry === undefined) {
     process.stderr.write(`keybroker: unknown command "${name}"\n\n${usage()}\n`);
     return 2;
   }
+  const command = await entry.load();
   if (rest.includes("--help") || rest.includes("-h")) {
     const dash = rest.indexOf("--");
     const own = dash === -1 ? rest : rest.slice(0, dash);

@@ -1,8 +1,7 @@
-// Finding, reading and validating a rule file. Every problem (YAML syntax, schema, cross-checks)
-// is collected and thrown together as one RuleFileError; a file with none is compiled.
-import { readFileSync, statSync } from "node:fs";
-import { homedir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+// Reading and validating a rule file. Every problem (YAML syntax, schema, cross-checks) is
+// collected and thrown together as one RuleFileError; a file with none is compiled.
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml";
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
 import { compileRules } from "./compile.js";
@@ -11,59 +10,7 @@ import { formatPath, type PathProblem, type Problem, RuleFileError } from "./err
 import { ruleFileErrorMap, ruleFileSchema, schemaProblems } from "./schema.js";
 import type { Rules } from "./types.js";
 
-export const RULE_FILE_NAME = "keybroker.yaml";
-
-export interface FindRuleFileOptions {
-  /** `--config`, relative to `cwd`. */
-  readonly config?: string;
-  readonly env: NodeJS.ProcessEnv;
-  readonly cwd: string;
-  /** The keybroker home folder (`$KEYBROKER_HOME`, default `~/.keybroker`). */
-  readonly home: string;
-}
-
-function isFile(path: string): boolean {
-  try {
-    return statSync(path).isFile();
-  } catch {
-    return false;
-  }
-}
-
-function expandHome(path: string): string {
-  if (path === "~") return homedir();
-  return path.startsWith("~/") ? join(homedir(), path.slice(2)) : path;
-}
-
-/**
- * The rule file to use: `--config`, else `$KEYBROKER_CONFIG`, else `./keybroker.yaml`, else
- * `<home>/keybroker.yaml`; undefined when there is none (the embedded catalogue serves). A file
- * named explicitly (flag or variable) that does not exist is an error, never skipped.
- */
-export function findRuleFile(options: FindRuleFileOptions): string | undefined {
-  const explicit: [string, string | undefined][] = [
-    ["--config", options.config],
-    ["KEYBROKER_CONFIG", options.env.KEYBROKER_CONFIG],
-  ];
-  for (const [origin, value] of explicit) {
-    if (value === undefined || value === "") continue;
-    const path = resolve(options.cwd, expandHome(value));
-    if (isFile(path)) return path;
-    let exists = false;
-    try {
-      statSync(path);
-      exists = true;
-    } catch {}
-    const message = exists
-      ? `${path} is not a file — name the rule file itself`
-      : `${path} does not exist — check the path, or run "keybroker init" to create a starter file`;
-    throw new RuleFileError(path, [{ path: "", message: `the rule file named by ${origin}: ${message}` }]);
-  }
-  for (const candidate of [join(options.cwd, RULE_FILE_NAME), join(options.home, RULE_FILE_NAME)]) {
-    if (isFile(candidate)) return candidate;
-  }
-  return undefined;
-}
+export { type FindRuleFileOptions, findRuleFile, RULE_FILE_NAME } from "./find.js";
 
 /** Reads and compiles the rule file at `path`; undefined → the embedded catalogue alone. */
 export function loadRules(path: string | undefined): Rules {

@@ -10,7 +10,6 @@ const DEFAULT_LINES = 10;
 
 export const audit: Command = {
   name: "audit",
-  summary: "show the audit log (tail [-f]) or check its hash chain (verify)",
   help: `Usage: keybroker audit verify [--home DIR]
        keybroker audit tail [-f] [--json] [-n N] [--home DIR]
 

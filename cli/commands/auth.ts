@@ -3,12 +3,12 @@ import { PoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, readRules } from "../context.js";
+import { createContext, findRunningBroker } from "../context.js";
+import { readRules } from "../read-rules.js";
 import { status } from "./status.js";
 
 export const auth: Command = {
   name: "auth",
-  summary: "credentials: explain where a key comes from, list them, reset their marks",
   help: `Usage: keybroker auth add <provider>
        keybroker auth list [--json]
        keybroker auth reset <provider> [--credential ID]

@@ -6,7 +6,6 @@ import { createContext } from "../context.js";
 
 export const ca: Command = {
   name: "ca",
-  summary: "the local CA: its path, its PEM, or a trust bundle",
   help: `Usage: keybroker ca path|export|bundle [--home DIR]
 
   path     print the path of the CA certificate ($KEYBROKER_HOME/ca/ca.pem)

@@ -13,11 +13,11 @@ import {
 import { createSecretResolver, dotenvCandidates, type SourceContext } from "../../secrets/sources.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, readRules } from "../context.js";
+import { createContext } from "../context.js";
+import { readRules } from "../read-rules.js";
 
 export const check: Command = {
   name: "check",
-  summary: "validate the rule file and resolve every credential (values never printed)",
   help: `Usage: keybroker check [--config FILE] [--home DIR]
 
 Validates the rule file (every problem at once, each with its path and a fix), then resolves

@@ -3,7 +3,8 @@ import { loadOrCreateCa } from "../../certs/ca.js";
 import { buildAgentVariables } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, localRuntime, readRules } from "../context.js";
+import { createContext, findRunningBroker, localRuntime } from "../context.js";
+import { readRules } from "../read-rules.js";
 
 function shellQuote(value: string): string {
   return `'${value.replace(/'/g, `'\\''`)}'`;
@@ -28,7 +29,6 @@ export function formatVariables(vars: Record<string, string>, format: string): s
 
 export const env: Command = {
   name: "env",
-  summary: "print the variables an agent needs (proxy, CA bundle, placeholders)",
   help: `Usage: keybroker env [--client NAME] [--format sh|dotenv|json] [--config FILE] [--home DIR]
 
 Prints HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, the CA bundle variables

@@ -29,7 +29,6 @@ clients:
 
 export const init: Command = {
   name: "init",
-  summary: "create the home, the CA and a starter keybroker.yaml",
   help: `Usage: keybroker init [--home DIR]
 
 Creates the home (0700), the local CA (key 0600), the home's placeholder key, a trust bundle,

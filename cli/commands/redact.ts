@@ -3,7 +3,8 @@ import { createRedactStream } from "../../audit/redact.js";
 import type { Rules } from "../../rules/types.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, localResolver, readRules } from "../context.js";
+import { createContext, localResolver } from "../context.js";
+import { readRules } from "../read-rules.js";
 
 /** Every credential reference a rule set names: pools, signing keys, client tokens, source logins. */
 export function secretRefs(rules: Rules): string[] {
@@ -25,7 +26,6 @@ export function secretRefs(rules: Rules): string[] {
 
 export const redact: Command = {
   name: "redact",
-  summary: "mask secrets in a transcript or log: stdin → stdout",
   help: `Usage: keybroker redact [--config FILE] [--home DIR] < transcript > redacted
 
 Copies standard input to standard output line by line, masking:

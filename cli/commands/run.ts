@@ -1,16 +1,16 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { createLogger } from "../../core/log.js";
+import { tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../agent-env.js";
 import { buildAgentVariables } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, readRules } from "../context.js";
+import { createContext, findRunningBroker, readRulesIsolated } from "../context.js";
 
 export const run: Command = {
   name: "run",
-  summary: "run a command behind the broker, with placeholders instead of real keys",
   help: `Usage: keybroker run [--client NAME] [--config FILE] [--home DIR] -- COMMAND [ARGS...]
 
 Runs COMMAND with the proxy variables, the CA bundle variables and a placeholder for each
@@ -28,12 +28,14 @@ ${COMMON_HELP}`,
     const { values } = parse(own, { client: { type: "string" } });
     if (command.length === 0) throw new UsageError("no command given: keybroker run -- COMMAND [ARGS...]");
     const ctx = createContext(values);
-    const { rules } = readRules(ctx, values.config);
+    // Checked in a worker: this process may serve as the broker for as long as the agent runs.
+    const { rules } = await readRulesIsolated(ctx, values.config);
     const client = values.client ?? "default";
 
     let broker: Broker | undefined;
     let target = await findRunningBroker(ctx.home);
     if (target === undefined) {
+      tuneV8();
       broker = await Broker.create({
         home: ctx.home,
         rules,

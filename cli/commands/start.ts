@@ -4,15 +4,14 @@ import { UserError } from "../../core/errors.js";
 import { settleHeap, tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
 import { RuleFileError } from "../../rules/errors.js";
-import { loadRules } from "../../rules/load.js";
+import { loadRulesIsolated } from "../../rules/load-isolated.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, readRules } from "../context.js";
+import { createContext, readRulesIsolated } from "../context.js";
 
 export const start: Command = {
   name: "start",
-  summary: "run the broker in the foreground",
   help: `Usage: keybroker start [--config FILE] [--port N] [--home DIR]
 
 Runs the broker in the foreground on the rule file's listen address (default 127.0.0.1:8899),
@@ -37,7 +36,7 @@ ${COMMON_HELP}`,
         throw new UsageError(`--port: not a port number: ${values.port}`);
     }
     const ctx = createContext(values);
-    const { path, rules } = readRules(ctx, values.config);
+    const { path, rules } = await readRulesIsolated(ctx, values.config);
     tuneV8();
     const broker = await Broker.create({ home: ctx.home, rules, log: ctx.log, port, advertise: true });
     try {
@@ -76,7 +75,7 @@ ${COMMON_HELP}`,
     const reload = (why: string) => {
       reloading = reloading.then(async () => {
         try {
-          await broker.reload(loadRules(path));
+          await broker.reload(await loadRulesIsolated(path));
           ctx.log.info({ rules: path ?? "embedded default catalogue", why }, "rules reloaded");
         } catch (err) {
           const message = err instanceof RuleFileError ? err.message : (err as Error).message;

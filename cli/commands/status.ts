@@ -4,11 +4,11 @@ import { readPoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, localRuntime, readRules } from "../context.js";
+import { createContext, findRunningBroker, localRuntime } from "../context.js";
+import { readRules } from "../read-rules.js";
 
 export const status: Command = {
   name: "status",
-  summary: "is the broker running; each provider's credentials and their state",
   help: `Usage: keybroker status [--json] [--config FILE] [--home DIR]
 
 Shows whether a broker is running for this home, its address and CA fingerprint, and for each

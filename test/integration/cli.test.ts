@@ -154,6 +154,19 @@ describe("keybroker check", () => {
     expect(r.stderr).toContain("providers.mine.hosts[0]");
   });
 
+  it("start checks the rule file the same way (in its loader thread), and exits 1", () => {
+    const config = writeConfig(
+      home(),
+      "version: 1\nproviders:\n  openai:\n    inject: { hedaer: authorization }\n  mine:\n    hosts: ['api.openai.*']\n",
+    );
+    const r = cli(["start", "--config", config, "--home", home(), "--port", "0"]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('providers.openai.inject: unknown key "hedaer"');
+    expect(r.stderr).toContain('did you mean "header"');
+    expect(r.stderr).toContain("providers.mine.hosts[0]");
+    expect(r.stdout).not.toContain("listening");
+  });
+
   it("names the line of a YAML syntax error", () => {
     const config = writeConfig(home(), "version: 1\nproviders:\n  openai: { credentials: [A\n");
     const r = cli(["check", "--config", config, "--home", home()]);

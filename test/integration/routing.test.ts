@@ -270,6 +270,7 @@ describe("rules and restarts", () => {
     writeFileSync(config, "version: 1\nproviders:\n  openai: { hosts: ['api.openai.*'] }\n");
     f.broker.child.kill("SIGHUP");
     await waitFor("reload rejected");
+    expect(f.broker.stderr()).toContain("providers.openai.hosts[0]");
     expect(await del()).toBe(200);
     expect(f.upstream.received.at(-1)!.method).toBe("DELETE");
     await agent.close();
