@@ -41,6 +41,13 @@ export const VARIANTS = [
     note: "without --single-threaded-gc",
   },
   {
+    name: "semi-3",
+    top: "",
+    provider: "",
+    nodeOptions: ["--max-semi-space-size=3", "--single-threaded-gc"],
+    note: "a young generation 1.5 times as large",
+  },
+  {
     name: "semi-4",
     top: "",
     provider: "",
