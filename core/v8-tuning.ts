@@ -1,9 +1,11 @@
 // V8 settings for a long-running broker, chosen with `npm run bench` and the peer harness
-// (docs/performance.md, decision 25). They trade a little CPU for a much smaller peak memory:
+// (docs/performance.md, decision 25). They trade about 10 % more CPU per request for a peak
+// memory about 60 MiB lower:
 //
 //   --liftoff-only           undici parses HTTP with llhttp compiled to WebAssembly. Optimizing
 //                            that one large function with TurboFan, on the first upstream request,
-//                            briefly takes about 35 MiB; the baseline compiler's code is enough.
+//                            briefly takes 8 MiB (35 MiB with node's default young generation);
+//                            the baseline compiler's code is enough.
 //   --heap-growing-percent   V8 lets the old generation grow to several times its live size
 //                            before a full GC: under load, objects promoted out of the young
 //                            generation piled up to about 40 MiB of garbage. 25 % keeps it near
@@ -11,7 +13,7 @@
 //
 // Both are read when used, so setting them at start-up works. The young generation's size is
 // fixed when the process starts: `npm start` and bench/peer-extra.sh pass
-// `--max-semi-space-size=2` on node's command line.
+// `--max-semi-space-size=2 --single-threaded-gc` on node's command line.
 import v8 from "node:v8";
 import vm from "node:vm";
 

@@ -181,6 +181,33 @@ describe("credential pools", () => {
     await agent.close();
   });
 
+  it("answers credential_unavailable, not pool_exhausted, for a provider that lists no credentials", async () => {
+    const f = await startFixture({
+      rules: (u) =>
+        poolRules(u).replace(
+          "credentials: [KEY_A, KEY_B, KEY_C]",
+          'credentials: []\n    placeholder: { value: "sk-kb-nocred-0123456789" }',
+        ),
+      env: KEYS,
+    });
+    open.push(f);
+    const agent = new ProxyAgent({
+      uri: f.broker.url,
+      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+    });
+    const res = await request("https://api.openai.com/v1/chat/completions", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { authorization: "Bearer sk-kb-nocred-0123456789", "content-type": "application/json" },
+      body: "{}",
+    });
+    const text = await res.body.text();
+    expect(res.statusCode).toBe(503);
+    expect(res.headers["x-keybroker-error"]).toBe("credential_unavailable");
+    expect(text).toContain('provider \\"openai\\" has no credentials configured');
+    await agent.close();
+  });
+
   it("(c) falls back to the configured provider in reverse mode", async () => {
     const f = await fixture(`  openrouter:
     credentials: [OPENROUTER_API_KEY]
