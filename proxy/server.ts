@@ -566,8 +566,8 @@ export class Broker {
           throw err;
       }
       if (upgrade !== undefined) {
-        await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
-        this.#record(x, x.secret === undefined ? "passthrough" : "injected", 101);
+        const status = await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
+        this.#record(x, x.secret === undefined ? "passthrough" : "injected", status);
       } else {
         const result = await forwardWithPool(x, this.#agent, this.log, onEvent);
         this.#record(

@@ -1,12 +1,14 @@
 // WebSocket upgrades (OpenAI Realtime and the like): the upgrade request goes through the same
 // stages as any other, so the credential is injected into it; then the two sockets are joined.
 
+import type { IncomingHttpHeaders } from "node:http";
 import type { Socket } from "node:net";
 import { type Duplex, Transform } from "node:stream";
 import type { Agent, Dispatcher } from "undici";
 import { type Exchange, originOf } from "./exchange.js";
 import { upstreamError } from "./forward.js";
 import { removeHeader } from "./headers.js";
+import { type BodySink, startResponse } from "./response-body.js";
 import { ResponseScrubber, scrubHeaders } from "./scrub-stream.js";
 
 function headerLines(headers: Record<string, string | string[] | undefined>): string {
@@ -18,30 +20,81 @@ function headerLines(headers: Record<string, string | string[] | undefined>): st
   return out;
 }
 
-export async function forwardUpgrade(agent: Agent, x: Exchange, client: Socket, head: Buffer): Promise<void> {
+/**
+ * Forwards an upgrade request. Resolves with the status the client got: 101 once the sockets
+ * are joined, or the upstream's own answer when it refused the upgrade (a 401 for a bad key, a
+ * 403, a 426…), which goes to the client like any response, scrubbed.
+ */
+export async function forwardUpgrade(
+  agent: Agent,
+  x: Exchange,
+  client: Socket,
+  head: Buffer,
+): Promise<number> {
   const protocol = String(x.req.headers.upgrade ?? "websocket");
   // Compressed frames could hide an echo of the credential from the scrubber.
   if (x.secret !== undefined) removeHeader(x.headers, "sec-websocket-extensions");
-  let data: Dispatcher.UpgradeData;
+  const patterns = x.rt.scrubPatterns(x);
+  let data: { headers: IncomingHttpHeaders; socket: Duplex } | { refused: number };
   try {
-    data = await agent.upgrade({
-      origin: originOf(x),
-      path: x.path,
-      method: x.req.method ?? "GET",
-      headers: x.headers,
-      protocol,
-    } as Dispatcher.UpgradeOptions);
+    data = await new Promise((resolve, reject) => {
+      let sink: BodySink | undefined;
+      let status = 0;
+      const handler: Dispatcher.DispatchHandler = {
+        // undici tells this handler API from its older one by this method.
+        onRequestStart() {},
+        onRequestUpgrade(_c, _statusCode, headers, socket) {
+          resolve({ headers, socket });
+        },
+        onResponseStart(_c, statusCode, headers, statusMessage) {
+          status = statusCode;
+          if (statusCode >= 200)
+            sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
+        },
+        onResponseData(c, chunk: Buffer) {
+          if (sink !== undefined && !sink.write(chunk)) {
+            c.pause();
+            sink.onceDrain(() => c.resume());
+          }
+        },
+        onResponseEnd() {
+          if (sink === undefined) x.res.end();
+          const done = () => {
+            client.end();
+            resolve({ refused: status });
+          };
+          if (sink === undefined) done();
+          else sink.end(done);
+        },
+        onResponseError(_c, err) {
+          if (x.res.headersSent) {
+            client.destroy();
+            resolve({ refused: status });
+          } else reject(err);
+        },
+      };
+      agent.dispatch(
+        {
+          origin: originOf(x),
+          path: x.path,
+          method: (x.req.method ?? "GET") as Dispatcher.HttpMethod,
+          headers: x.headers,
+          upgrade: protocol,
+        },
+        handler,
+      );
+    });
   } catch (err) {
     throw upstreamError(err, x);
   }
+  if ("refused" in data) return data.refused;
   const upstream: Duplex = data.socket;
   if (client.destroyed) {
     upstream.destroy();
-    return;
+    return 101;
   }
   // The response object was only a vehicle for errors: from here on the socket is raw.
   x.res.detachSocket(client);
-  const patterns = x.rt.scrubPatterns(x);
   const headers = patterns?.active ? scrubHeaders(patterns, data.headers) : data.headers;
   client.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(headers)}\r\n`);
   if (head.length > 0) upstream.write(head);
@@ -66,4 +119,5 @@ export async function forwardUpgrade(agent: Agent, x: Exchange, client: Socket, 
   } else {
     upstream.pipe(client);
   }
+  return 101;
 }

@@ -144,6 +144,14 @@ export async function startUpstream(): Promise<FakeUpstream> {
       rawHeaders: [...req.rawHeaders],
       body: Buffer.alloc(0),
     });
+    // `?refuse=1`: the upgrade is refused with a 401 whose body echoes the credential.
+    if ((req.url ?? "").includes("refuse=1")) {
+      const body = JSON.stringify({ error: { message: `bad key: ${req.headers.authorization ?? ""}` } });
+      socket.end(
+        `HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+      return;
+    }
     const accept = createHash("sha1")
       .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
       .digest("base64");

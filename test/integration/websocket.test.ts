@@ -2,9 +2,41 @@
 // intercepted and in reverse mode, and frames flow both ways afterwards.
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+
+/** Sends a raw upgrade request through the broker's CONNECT tunnel; returns all it answered. */
+async function rawUpgrade(target: string, path: string, authorization: string): Promise<string> {
+  const connect = httpRequest({
+    host: "127.0.0.1",
+    port: f.broker.port,
+    method: "CONNECT",
+    path: `${target}:443`,
+  });
+  connect.end();
+  const [res, tunnel] = (await once(connect, "connect")) as [
+    { statusCode: number },
+    import("node:net").Socket,
+  ];
+  expect(res.statusCode).toBe(200);
+  const tls = tlsConnect({ socket: tunnel, servername: target, ca: readFileSync(f.broker.caPath, "utf8") });
+  await once(tls, "secureConnect");
+  tls.write(
+    `GET ${path} HTTP/1.1\r\nHost: ${target}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+      `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +
+      `Authorization: ${authorization}\r\n\r\n`,
+  );
+  let text = "";
+  tls.setEncoding("utf8");
+  tls.on("data", (d: string) => {
+    text += d;
+  });
+  await once(tls, "close");
+  return text;
+}
 
 let f: Fixture;
 beforeAll(async () => {
@@ -40,6 +72,16 @@ describe("WebSocket upgrades", () => {
     expect(got.headers.upgrade).toBe("websocket");
     ws.close();
     await dispatcher.close();
+  });
+
+  it("passes the upstream's refusal of an upgrade to the client, scrubbed, instead of a 502", async () => {
+    const ph = await f.placeholder("openai");
+    const text = await rawUpgrade("api.openai.com", "/v1/realtime?refuse=1", `Bearer ${ph}`);
+    expect(text).toMatch(/^HTTP\/1\.1 401 /);
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    expect(text).toContain("bad key: Bearer ");
+    expect(text).toContain(ph);
+    expect(text).not.toContain(REAL_OPENAI);
   });
 
   it("refuses an upgrade carrying another provider's placeholder, sending nothing", async () => {
