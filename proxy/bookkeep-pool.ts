@@ -25,7 +25,7 @@ function holdFor(x: Exchange): ((status: number) => boolean) | undefined {
 }
 
 /** Marks the credential `x` used if the held answer says so. Returns true when it was marked. */
-function bookkeep(
+export function bookkeep(
   x: Exchange,
   held: NonNullable<ForwardResult["held"]>,
   log: Logger,

@@ -19,9 +19,10 @@ import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { Rules } from "../rules/types.js";
 import { PoolState } from "../secrets/pool.js";
+import { mayMark } from "../secrets/quota.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
-import { fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
+import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
 import type { ForwardResult } from "./forward.js";
@@ -566,8 +567,12 @@ export class Broker {
           throw err;
       }
       if (upgrade !== undefined) {
-        const status = await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
+        const answer = await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
+        const status = answer === 101 ? 101 : answer.status;
         this.#record(x, x.secret === undefined ? "passthrough" : "injected", status);
+        // A refused upgrade marks the credential as a refused request would.
+        if (answer !== 101 && x.injection !== undefined && mayMark(status))
+          bookkeep(x, answer, this.log, onEvent);
       } else {
         const result = await forwardWithPool(x, this.#agent, this.log, onEvent);
         this.#record(

@@ -6,7 +6,7 @@ import type { Socket } from "node:net";
 import { type Duplex, Transform } from "node:stream";
 import type { Agent, Dispatcher } from "undici";
 import { type Exchange, originOf } from "./exchange.js";
-import { upstreamError } from "./forward.js";
+import { type HeldResponse, HOLD_LIMIT, upstreamError } from "./forward.js";
 import { removeHeader } from "./headers.js";
 import { type BodySink, startResponse } from "./response-body.js";
 import { ResponseScrubber, scrubHeaders } from "./scrub-stream.js";
@@ -21,25 +21,32 @@ function headerLines(headers: Record<string, string | string[] | undefined>): st
 }
 
 /**
- * Forwards an upgrade request. Resolves with the status the client got: 101 once the sockets
- * are joined, or the upstream's own answer when it refused the upgrade (a 401 for a bad key, a
- * 403, a 426…), which goes to the client like any response, scrubbed.
+ * Forwards an upgrade request. Resolves with 101 once the sockets are joined, or with the
+ * upstream's own answer when it refused the upgrade (a 401 for a bad key, a 403, a 426…): that
+ * answer has gone to the client like any response, scrubbed, and is returned (its body up to
+ * HOLD_LIMIT) so the pool can mark the credential.
  */
 export async function forwardUpgrade(
   agent: Agent,
   x: Exchange,
   client: Socket,
   head: Buffer,
-): Promise<number> {
+): Promise<101 | HeldResponse> {
   const protocol = String(x.req.headers.upgrade ?? "websocket");
   // Compressed frames could hide an echo of the credential from the scrubber.
   if (x.secret !== undefined) removeHeader(x.headers, "sec-websocket-extensions");
   const patterns = x.rt.scrubPatterns(x);
-  let data: { headers: IncomingHttpHeaders; socket: Duplex } | { refused: number };
+  let data: { headers: IncomingHttpHeaders; socket: Duplex } | { refused: HeldResponse };
   try {
     data = await new Promise((resolve, reject) => {
       let sink: BodySink | undefined;
-      let status = 0;
+      // The refusal as it came, its body kept up to HOLD_LIMIT, for the pool's bookkeeping.
+      const answer = { status: 0, statusMessage: "", headers: {} as IncomingHttpHeaders };
+      const kept: Buffer[] = [];
+      let keptBytes = 0;
+      const refused = (): { refused: HeldResponse } => ({
+        refused: { ...answer, body: Buffer.concat(kept) },
+      });
       const handler: Dispatcher.DispatchHandler = {
         // undici tells this handler API from its older one by this method.
         onRequestStart() {},
@@ -47,11 +54,15 @@ export async function forwardUpgrade(
           resolve({ headers, socket });
         },
         onResponseStart(_c, statusCode, headers, statusMessage) {
-          status = statusCode;
-          if (statusCode >= 200)
-            sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
+          if (statusCode < 200) return;
+          Object.assign(answer, { status: statusCode, statusMessage: statusMessage ?? "", headers });
+          sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
         },
         onResponseData(c, chunk: Buffer) {
+          if (keptBytes < HOLD_LIMIT) {
+            kept.push(chunk);
+            keptBytes += chunk.length;
+          }
           if (sink !== undefined && !sink.write(chunk)) {
             c.pause();
             sink.onceDrain(() => c.resume());
@@ -61,7 +72,7 @@ export async function forwardUpgrade(
           if (sink === undefined) x.res.end();
           const done = () => {
             client.end();
-            resolve({ refused: status });
+            resolve(refused());
           };
           if (sink === undefined) done();
           else sink.end(done);
@@ -69,7 +80,7 @@ export async function forwardUpgrade(
         onResponseError(_c, err) {
           if (x.res.headersSent) {
             client.destroy();
-            resolve({ refused: status });
+            resolve(refused());
           } else reject(err);
         },
       };

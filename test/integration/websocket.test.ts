@@ -3,9 +3,11 @@
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
+import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cliAsync } from "../helpers/broker.js";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 
 /** Sends a raw upgrade request through the broker's CONNECT tunnel; returns all it answered. */
@@ -74,16 +76,6 @@ describe("WebSocket upgrades", () => {
     await dispatcher.close();
   });
 
-  it("passes the upstream's refusal of an upgrade to the client, scrubbed, instead of a 502", async () => {
-    const ph = await f.placeholder("openai");
-    const text = await rawUpgrade("api.openai.com", "/v1/realtime?refuse=1", `Bearer ${ph}`);
-    expect(text).toMatch(/^HTTP\/1\.1 401 /);
-    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
-    expect(text).toContain("bad key: Bearer ");
-    expect(text).toContain(ph);
-    expect(text).not.toContain(REAL_OPENAI);
-  });
-
   it("refuses an upgrade carrying another provider's placeholder, sending nothing", async () => {
     const ph = await f.placeholder("anthropic");
     const dispatcher = new ProxyAgent({
@@ -128,5 +120,26 @@ describe("WebSocket upgrades", () => {
     expect(message).toContain(ph.slice(0, 12));
     ws.close();
     await dispatcher.close();
+  });
+
+  it("passes the upstream's refusal of an upgrade to the client, scrubbed, and marks the credential", async () => {
+    const ph = await f.placeholder("openai");
+    const text = await rawUpgrade("api.openai.com", "/v1/realtime?refuse=1", `Bearer ${ph}`);
+    expect(text).toMatch(/^HTTP\/1\.1 401 /);
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    expect(text).toContain("bad key: Bearer ");
+    expect(text).toContain(ph);
+    expect(text).not.toContain(REAL_OPENAI);
+    // The refusal marks the credential, as a refused request would (last: it stays marked).
+    const r = await cliAsync([
+      "status",
+      "--json",
+      "--home",
+      f.home,
+      "--config",
+      join(f.dir, "keybroker.yaml"),
+    ]);
+    const report = JSON.parse(r.stdout) as { providers: { id: string; credentials: { state: string }[] }[] };
+    expect(report.providers.find((p) => p.id === "openai")!.credentials[0]!.state).toBe("invalid");
   });
 });
