@@ -155,6 +155,16 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       sink = startResponse(res, h.status, h.statusMessage, h.headers, patterns);
       for (const chunk of h.chunks) sink.write(chunk);
     };
+    /** Runs a step that may refuse the answer (a body keybroker cannot scrub): abort, then. */
+    const orAbort = (c: Dispatcher.DispatchController, step: () => void): boolean => {
+      try {
+        step();
+        return true;
+      } catch (err) {
+        c.abort(err as Error);
+        return false;
+      }
+    };
 
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
@@ -172,7 +182,9 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           hold = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
           return;
         }
-        sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
+        orAbort(c, () => {
+          sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
+        });
       },
       onResponseData(c, chunk: Buffer) {
         result.bytesIn += chunk.length;
@@ -181,7 +193,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           hold.chunks.push(chunk);
           hold.size += chunk.length;
           if (hold.size <= HOLD_LIMIT) return;
-          release();
+          orAbort(c, release);
           return;
         }
         if (sink !== undefined && !sink.write(chunk)) {

@@ -4,7 +4,8 @@
 //   - anything else streams through the scrubber, which holds back at most one pattern's length;
 //     a larger body of known length keeps it (replacements fitted to the replaced length), one
 //     of unknown length goes out chunked;
-//   - a compressed body is decompressed first and sent uncompressed.
+//   - a compressed body is decompressed first (gzip, deflate, br, also layered) and sent
+//     uncompressed; a coding keybroker cannot undo is refused with 502, never passed unread.
 // Without a credential the response passes through untouched.
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import type { Transform } from "node:stream";
@@ -16,24 +17,51 @@ import {
   gunzipSync,
   inflateSync,
 } from "node:zlib";
+import { BrokerError } from "../core/errors.js";
 import { forwardableResponseHeaders } from "./headers.js";
 import { ResponseScrubber, type ScrubPatterns, scrubHeaders } from "./scrub-stream.js";
 
 /** Bodies up to this size (with a Content-Length) are scrubbed in one piece. */
 const WHOLE_LIMIT = 64 * 1024;
 
-function decompressor(encoding: string | undefined): Transform | undefined {
-  switch (encoding?.trim().toLowerCase()) {
-    case "gzip":
-    case "x-gzip":
-      return createGunzip();
-    case "deflate":
-      return createInflate();
-    case "br":
-      return createBrotliDecompress();
-    default:
-      return undefined;
+const DECODERS: Readonly<Record<string, { stream: () => Transform; sync: (b: Buffer) => Buffer }>> = {
+  gzip: { stream: createGunzip, sync: gunzipSync },
+  "x-gzip": { stream: createGunzip, sync: gunzipSync },
+  deflate: { stream: createInflate, sync: inflateSync },
+  br: { stream: createBrotliDecompress, sync: brotliDecompressSync },
+};
+
+/**
+ * The content codings of a response in the order they must be undone (the last applied
+ * first), `identity` left out. Throws when one cannot be undone (zstd, compress, …): a body
+ * keybroker cannot read cannot be checked for an echo of the credential, so it is not passed on.
+ */
+export function codingsToUndo(header: string | string[] | undefined): string[] {
+  if (header === undefined) return [];
+  const codings = (Array.isArray(header) ? header.join(",") : header)
+    .split(",")
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== "" && c !== "identity");
+  const unknown = codings.find((c) => DECODERS[c] === undefined);
+  if (unknown !== undefined) {
+    throw new BrokerError(
+      "upstream_unreachable",
+      `the upstream answered with content-encoding "${String(header)}", which keybroker cannot decode to check it for an echo of the credential; the answer was not passed on`,
+      { hint: "keybroker asks for identity encoding; report it to the provider, or retry" },
+    );
   }
+  return codings.reverse();
+}
+
+/** One stream that undoes `codings` in order: write to `head`, read from `tail`. */
+function decoderChain(codings: readonly string[]): { head: Transform; tail: Transform } | undefined {
+  if (codings.length === 0) return undefined;
+  const stages = codings.map((c) => DECODERS[c]!.stream());
+  for (let i = 0; i + 1 < stages.length; i++) {
+    stages[i]!.pipe(stages[i + 1]!);
+    stages[i]!.on("error", (err) => stages.at(-1)!.destroy(err));
+  }
+  return { head: stages[0]!, tail: stages.at(-1)! };
 }
 
 export interface BodySink {
@@ -66,8 +94,9 @@ export function startResponse(
     };
   }
 
+  const codings = codingsToUndo(upstreamHeaders["content-encoding"]);
   const headers = forwardableResponseHeaders(scrubHeaders(patterns, upstreamHeaders));
-  const inflate = decompressor(upstreamHeaders["content-encoding"]);
+  const inflate = decoderChain(codings);
   const length = Number(upstreamHeaders["content-length"]);
   if (inflate === undefined && Number.isFinite(length) && length <= WHOLE_LIMIT) {
     const chunks: Buffer[] = [];
@@ -111,23 +140,25 @@ export function startResponse(
       },
     };
   }
-  inflate.on("data", (chunk: Buffer) => {
+  const { head, tail: out } = inflate;
+  out.on("data", (chunk: Buffer) => {
     if (!emit(chunk)) {
-      inflate.pause();
-      res.once("drain", () => inflate.resume());
+      out.pause();
+      res.once("drain", () => out.resume());
     }
   });
-  inflate.on("error", () => res.destroy());
+  out.on("error", () => res.destroy());
+  if (head !== out) head.on("error", () => res.destroy());
   return {
-    write: (chunk) => inflate.write(chunk),
-    onceDrain: (resume) => inflate.once("drain", resume),
+    write: (chunk) => head.write(chunk),
+    onceDrain: (resume) => head.once("drain", resume),
     end: (done) => {
-      inflate.once("end", () => {
+      out.once("end", () => {
         const tail = scrubber.end();
         res.end(tail.length > 0 ? tail : undefined);
         res.once("finish", done);
       });
-      inflate.end();
+      head.end();
     },
   };
 }
@@ -144,16 +175,14 @@ export function sendWhole(
   let headers = upstreamHeaders;
   let out = body;
   if (patterns?.active) {
+    const codings = codingsToUndo(upstreamHeaders["content-encoding"]);
     headers = { ...scrubHeaders(patterns, upstreamHeaders) };
-    const encoding = upstreamHeaders["content-encoding"]?.trim().toLowerCase();
     try {
-      if (encoding === "gzip" || encoding === "x-gzip") out = gunzipSync(body);
-      else if (encoding === "deflate") out = inflateSync(body);
-      else if (encoding === "br") out = brotliDecompressSync(body);
-      if (out !== body) delete headers["content-encoding"];
+      for (const c of codings) out = DECODERS[c]!.sync(out);
     } catch {
       out = Buffer.alloc(0);
     }
+    if (codings.length > 0) delete headers["content-encoding"];
     out = patterns.scrubBuffer(out);
   }
   const forwarded = forwardableResponseHeaders(headers);

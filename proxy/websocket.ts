@@ -53,10 +53,14 @@ export async function forwardUpgrade(
         onRequestUpgrade(_c, _statusCode, headers, socket) {
           resolve({ headers, socket });
         },
-        onResponseStart(_c, statusCode, headers, statusMessage) {
+        onResponseStart(c, statusCode, headers, statusMessage) {
           if (statusCode < 200) return;
           Object.assign(answer, { status: statusCode, statusMessage: statusMessage ?? "", headers });
-          sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
+          try {
+            sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
+          } catch (err) {
+            c.abort(err as Error); // a body keybroker cannot scrub
+          }
         },
         onResponseData(c, chunk: Buffer) {
           if (keptBytes < HOLD_LIMIT) {

@@ -2,7 +2,7 @@
 // in a header, an escaped JSON error, an SSE stream split across chunks, a large body, or gzip.
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { gzipSync } from "node:zlib";
+import { brotliCompressSync, gzipSync } from "node:zlib";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
@@ -127,6 +127,38 @@ describe("response scrubbing", () => {
     const json = JSON.parse(r.body) as { echoed: string; encoded: string };
     expect(json.echoed).toBe(ph);
     expect(Buffer.from(json.encoded, "base64").toString()).not.toContain(REAL_OPENAI);
+  });
+
+  it("undoes layered codings (gzip, then br) before scrubbing", async () => {
+    f.upstream.routes.set("POST /echo-layered", (req: IncomingMessage, res: ServerResponse) => {
+      const body = brotliCompressSync(gzipSync(JSON.stringify({ echoed: keyOf(req) })));
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "content-encoding": "gzip, br",
+        "content-length": body.length,
+      });
+      res.end(body);
+    });
+    const r = await get("/echo-layered");
+    expect(r.status).toBe(200);
+    expect(r.headers["content-encoding"]).toBeUndefined();
+    expect(JSON.parse(r.body)).toEqual({ echoed: ph });
+  });
+
+  it("refuses with 502 a body in a coding it cannot undo, streamed or held, instead of passing it unread", async () => {
+    for (const status of [200, 401]) {
+      f.upstream.routes.set("POST /echo-zstd", (req: IncomingMessage, res: ServerResponse) => {
+        // Not really zstd: what matters is that keybroker cannot read it, and the key is inside.
+        const body = Buffer.from(`zstd-framed:${keyOf(req)}`);
+        res.writeHead(status, { "content-encoding": "zstd", "content-length": body.length });
+        res.end(body);
+      });
+      const r = await get("/echo-zstd");
+      expect(r.status, `upstream ${status}`).toBe(502);
+      expect(r.headers["x-keybroker-error"]).toBe("upstream_unreachable");
+      expect(r.body).toContain("content-encoding");
+      expectClean(r.body);
+    }
   });
 
   it("leaves responses to requests without a credential byte for byte", async () => {
