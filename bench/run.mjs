@@ -125,7 +125,7 @@ const variants = args.variants
           VARIANTS.find((v) => v.name === name) ??
           fail(`--variants: no variant "${name}" in bench/variants.mjs`),
       )
-  : VARIANTS;
+  : VARIANTS.filter((v) => !v.optIn);
 
 function fail(message) {
   process.stderr.write(`bench: ${message}\n`);

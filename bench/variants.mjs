@@ -4,8 +4,9 @@
 //   top       lines added at the top level of the rule file (column 0)
 //   provider  lines added inside every benchmark provider entry (indent is added for you)
 // Snippets are plain YAML text; flow style (`audit: { enabled: false }`) keeps them to one line.
-// Optional: `nodeOptions` (the broker's node flags, in place of --node-options) and `env`
-// (extra environment variables for the broker).
+// Optional: `nodeOptions` (the broker's node flags, in place of --node-options), `env` (extra
+// environment variables for the broker) and `optIn` (run only when named in --variants, so
+// that `npm run bench` stays within a few minutes).
 //
 // With only `default` listed, throughput runs once (in the main comparison). With more, every
 // variant, `default` included, gets a fresh broker and the same warm-up and measurement, one
@@ -35,6 +36,7 @@ export const VARIANTS = [
   },
   {
     name: "parallel-gc",
+    optIn: true,
     top: "",
     provider: "",
     nodeOptions: ["--max-semi-space-size=2"],
@@ -42,6 +44,7 @@ export const VARIANTS = [
   },
   {
     name: "semi-3",
+    optIn: true,
     top: "",
     provider: "",
     nodeOptions: ["--max-semi-space-size=3", "--single-threaded-gc"],
@@ -49,6 +52,7 @@ export const VARIANTS = [
   },
   {
     name: "semi-4",
+    optIn: true,
     top: "",
     provider: "",
     nodeOptions: ["--max-semi-space-size=4", "--single-threaded-gc"],
@@ -56,6 +60,7 @@ export const VARIANTS = [
   },
   {
     name: "turbofan-llhttp",
+    optIn: true,
     top: "",
     provider: "",
     env: { KEYBROKER_V8_FLAGS: "--heap-growing-percent=25" },
