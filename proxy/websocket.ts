@@ -73,13 +73,16 @@ export async function forwardUpgrade(
           }
         },
         onResponseEnd() {
-          if (sink === undefined) x.res.end();
-          const done = () => {
+          if (sink === undefined) {
+            // Only informational answers came: nothing to pass on.
+            client.destroy();
+            resolve(refused());
+            return;
+          }
+          sink.end(() => {
             client.end();
             resolve(refused());
-          };
-          if (sink === undefined) done();
-          else sink.end(done);
+          });
         },
         onResponseError(_c, err) {
           if (x.res.headersSent) {
