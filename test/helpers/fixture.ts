@@ -1,7 +1,17 @@
 // A broker wired to a fake upstream: provider hosts resolve to the upstream's port, the
 // upstream's test CA is trusted, and real-looking keys sit in the broker's environment only.
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "./broker.js";
+import { ProxyAgent } from "undici";
+import {
+  type BrokerProcess,
+  type CliResult,
+  cliAsync,
+  findSecrets,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "./broker.js";
 import { type FakeUpstream, startUpstream } from "./upstream.js";
 
 export const REAL_OPENAI = "sk-real-openai-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4";
@@ -25,6 +35,10 @@ export interface Fixture {
   readonly home: string;
   readonly dir: string;
   placeholder(provider: string, client?: string): Promise<string>;
+  /** `keybroker <args> --home <home> --config <rule file>`, this fixture's. */
+  cli(args: string[], opts?: { env?: Record<string, string> }): Promise<CliResult>;
+  /** An undici ProxyAgent through the broker, trusting its CA; the caller closes it. */
+  proxyAgent(): ProxyAgent;
   /** The secret scan over the home and every output. */
   leaks(): string[];
   close(): Promise<void>;
@@ -76,27 +90,21 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
   };
   opts.prepareHome?.(home);
   const broker = await startBroker({ home, config, env });
-  const { cliAsync } = await import("./broker.js");
+  const cli = (args: string[], cliOpts: { env?: Record<string, string> } = {}) =>
+    cliAsync([...args, "--home", home, "--config", config], cliOpts);
   const cache = new Map<string, Promise<Record<string, string>>>();
   return {
     upstream,
     broker,
     home,
     dir,
+    cli,
+    proxyAgent: () =>
+      new ProxyAgent({ uri: broker.url, requestTls: { ca: readFileSync(broker.caPath, "utf8") } }),
     async placeholder(provider: string, client = "default") {
       let pending = cache.get(client);
       if (pending === undefined) {
-        pending = cliAsync([
-          "env",
-          "--home",
-          home,
-          "--config",
-          config,
-          "--client",
-          client,
-          "--format",
-          "json",
-        ]).then((r) => {
+        pending = cli(["env", "--client", client, "--format", "json"]).then((r) => {
           if (r.status !== 0) throw new Error(`keybroker env failed: ${r.stderr}`);
           return JSON.parse(r.stdout) as Record<string, string>;
         });

@@ -68,6 +68,19 @@ function json(res: ServerResponse, status: number, body: string): void {
   res.end(body);
 }
 
+/** What the upstream records of one request (or upgrade request) it received. */
+function receivedOf(req: IncomingMessage, body: Buffer): Received {
+  return {
+    method: req.method ?? "",
+    url: req.url ?? "",
+    host: req.headers.host,
+    sni: (req.socket as { servername?: string }).servername,
+    headers: { ...req.headers },
+    rawHeaders: [...req.rawHeaders],
+    body,
+  };
+}
+
 export async function startUpstream(): Promise<FakeUpstream> {
   const dir = mkdtempSync(join(tmpdir(), "kb-upstream-"));
   const ca = loadOrCreateCa(dir);
@@ -108,16 +121,7 @@ export async function startUpstream(): Promise<FakeUpstream> {
     const path = (req.url ?? "/").split("?")[0]!;
     const key = `${req.method} ${path}`;
     const streaming = streamingRoutes.get(key);
-    const record = (body: Buffer) =>
-      received.push({
-        method: req.method ?? "",
-        url: req.url ?? "",
-        host: req.headers.host,
-        sni: (req.socket as { servername?: string }).servername,
-        headers: { ...req.headers },
-        rawHeaders: [...req.rawHeaders],
-        body,
-      });
+    const record = (body: Buffer) => received.push(receivedOf(req, body));
     if (streaming !== undefined) {
       record(Buffer.alloc(0));
       streaming(req, res);
@@ -135,15 +139,7 @@ export async function startUpstream(): Promise<FakeUpstream> {
   });
   // WebSocket: accept the upgrade, record it like a request, send one text frame, echo the rest.
   server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket) => {
-    received.push({
-      method: req.method ?? "",
-      url: req.url ?? "",
-      host: req.headers.host,
-      sni: (req.socket as { servername?: string }).servername,
-      headers: { ...req.headers },
-      rawHeaders: [...req.rawHeaders],
-      body: Buffer.alloc(0),
-    });
+    received.push(receivedOf(req, Buffer.alloc(0)));
     // `?refuse=1`: the upgrade is refused with a 401 whose body echoes the credential.
     if ((req.url ?? "").includes("refuse=1")) {
       const body = JSON.stringify({ error: { message: `bad key: ${req.headers.authorization ?? ""}` } });

@@ -4,7 +4,8 @@ import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, onTestFinished } from "vitest";
-import { AuditLog, currentAuditFile } from "../../audit/audit-log.js";
+import { AuditLog, type AuditLogOptions, currentAuditFile } from "../../audit/audit-log.js";
+import { writeAuditEntries } from "../helpers/audit.js";
 import { baseEnv, CLI, cli, findSecrets, tempHome, writeConfig } from "../helpers/broker.js";
 
 const homes: string[] = [];
@@ -25,26 +26,13 @@ afterAll(() => {
   expect(findSecrets(REAL_KEYS, homes)).toEqual([]);
 });
 
-async function writeAudit(h: string, n: number, opts: ConstructorParameters<typeof AuditLog>[1] = {}) {
-  const log = new AuditLog(h, opts);
-  for (let i = 0; i < n; i++) {
-    log.record({
-      decision: i % 2 === 0 ? "injected" : "blocked",
-      client: "default",
-      provider: "openai",
-      credential: "OPENAI_API_KEY",
-      fingerprint: "sha256:0123456789ab",
-      method: "POST",
-      host: "api.openai.com",
-      path: `/v1/chat/completions?n=${i}`,
-      status: i % 2 === 0 ? 200 : 403,
-      bytesIn: 10,
-      bytesOut: 20,
-      durationMs: 3,
-    });
-  }
-  await log.close();
-}
+/** n lines, every other one a blocked request. */
+const writeAudit = (h: string, n: number, opts: AuditLogOptions = {}) =>
+  writeAuditEntries(h, n, opts, (i) =>
+    i % 2 === 0
+      ? { bytesIn: 10, bytesOut: 20, durationMs: 3 }
+      : { decision: "blocked", status: 403, bytesIn: 10, bytesOut: 20, durationMs: 3 },
+  );
 
 describe("keybroker audit verify", () => {
   it("exits 0 with the line count when the chain is intact", async () => {

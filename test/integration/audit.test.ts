@@ -2,7 +2,7 @@
 // checks, without a credential value anywhere in it.
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ProxyAgent, request } from "undici";
+import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cliAsync } from "../helpers/broker.js";
 import { type Fixture, REAL_GEMINI, startFixture } from "../helpers/fixture.js";
@@ -12,7 +12,7 @@ let agent: ProxyAgent;
 
 beforeAll(async () => {
   f = await startFixture();
-  agent = new ProxyAgent({ uri: f.broker.url, requestTls: { ca: readFileSync(f.broker.caPath, "utf8") } });
+  agent = f.proxyAgent();
 });
 afterAll(async () => {
   await agent?.close();

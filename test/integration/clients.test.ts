@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type CliResult, cliAsync, ROOT, runProcess } from "../helpers/broker.js";
+import { type CliResult, ROOT, runProcess } from "../helpers/broker.js";
 import { type Fixture, REAL_ANTHROPIC, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 import type { Route } from "../helpers/upstream.js";
 
@@ -20,15 +20,7 @@ let agentEnv: Record<string, string>;
 
 beforeAll(async () => {
   f = await startFixture();
-  const r = await cliAsync([
-    "env",
-    "--home",
-    f.home,
-    "--config",
-    join(f.dir, "keybroker.yaml"),
-    "--format",
-    "json",
-  ]);
+  const r = await f.cli(["env", "--format", "json"]);
   expect(r.status, r.stderr).toBe(0);
   agentEnv = JSON.parse(r.stdout) as Record<string, string>;
 });

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { Readable } from "node:stream";
 import { connect as tlsConnect } from "node:tls";
-import { ProxyAgent, request } from "undici";
+import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type Fixture,
@@ -23,7 +23,7 @@ let agent: ProxyAgent;
 
 beforeAll(async () => {
   f = await startFixture();
-  agent = new ProxyAgent({ uri: f.broker.url, requestTls: { ca: readFileSync(f.broker.caPath, "utf8") } });
+  agent = f.proxyAgent();
 });
 
 afterAll(async () => {

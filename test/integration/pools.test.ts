@@ -96,7 +96,7 @@ async function call(f: Fixture, agent: ProxyAgent, body = '{"model":"gpt-test"}'
 }
 
 async function statusJson(f: Fixture) {
-  const r = await cliAsync(["status", "--json", "--home", f.home, "--config", join(f.dir, "keybroker.yaml")]);
+  const r = await f.cli(["status", "--json"]);
   expect(r.status, r.stderr).toBe(0);
   const report = JSON.parse(r.stdout) as {
     running: boolean;
@@ -115,10 +115,7 @@ describe("credential pools", () => {
     const f = await fixture();
     const behaviour = new Map<string, Behaviour>([[KEYS.KEY_A, QUOTA_429]]);
     const seen = perKey(f.upstream, "/v1/chat/completions", behaviour);
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     const r = await call(f, agent);
     expect(r.status).toBe(200);
     expect(r.json.key).toBe("KEY_B");
@@ -134,15 +131,7 @@ describe("credential pools", () => {
     expect(seen.filter((k) => k === KEYS.KEY_A)).toHaveLength(1);
 
     behaviour.clear();
-    const reset = await cliAsync([
-      "auth",
-      "reset",
-      "openai",
-      "--home",
-      f.home,
-      "--config",
-      join(f.dir, "keybroker.yaml"),
-    ]);
+    const reset = await f.cli(["auth", "reset", "openai"]);
     expect(reset.status, reset.stderr).toBe(0);
     expect(reset.stdout).toContain("KEY_A");
     expect((await call(f, agent)).json.key).toBe("KEY_A");
@@ -163,10 +152,7 @@ describe("credential pools", () => {
         ]),
       ),
     );
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     const r = await call(f, agent);
     expect(r.status).toBe(429);
     expect(r.headers["x-keybroker-error"]).toBe("pool_exhausted");
@@ -191,10 +177,7 @@ describe("credential pools", () => {
       env: KEYS,
     });
     open.push(f);
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     const res = await request("https://api.openai.com/v1/chat/completions", {
       method: "POST",
       dispatcher: agent,
@@ -265,10 +248,7 @@ fallbacks:
       },
     });
     const seen = perKey(f.upstream, "/v1/chat/completions", new Map());
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     expect((await call(f, agent)).json.key).toBe("KEY_A");
     expect(seen).toEqual([KEYS.KEY_A]);
     expect(openaiStates(await statusJson(f)).KEY_A).toBe("ok");
@@ -290,10 +270,9 @@ fallbacks:
     const aHits = seen.filter((k) => k === KEYS.KEY_A).length;
     expect(aHits).toBeGreaterThanOrEqual(1);
     // Every 429 A got was recorded as a mark.
-    const state = JSON.parse(
-      (await cliAsync(["status", "--json", "--home", f.home, "--config", join(f.dir, "keybroker.yaml")]))
-        .stdout,
-    ) as { providers: { id: string; credentials: { id: string; marks: number }[] }[] };
+    const state = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+      providers: { id: string; credentials: { id: string; marks: number }[] }[];
+    };
     expect(
       state.providers.find((p) => p.id === "openai")!.credentials.find((c) => c.id === "KEY_A")!.marks,
     ).toBe(aHits);
@@ -307,10 +286,7 @@ fallbacks:
   it("(f) keeps marks across a restart, and recovers from a corrupt state file", async () => {
     const f = await fixture();
     perKey(f.upstream, "/v1/chat/completions", new Map([[KEYS.KEY_A, QUOTA_429]]));
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     expect((await call(f, agent)).json.key).toBe("KEY_B");
     await agent.close();
     await f.broker.stop();
@@ -366,10 +342,7 @@ fallbacks:
       await reading; // a broker that buffered the body would never let the upstream read
       for (let sent = chunk.length; sent < total; sent += chunk.length) yield chunk;
     }
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     const res = await request("https://api.openai.com/v1/files", {
       method: "POST",
       dispatcher: agent,

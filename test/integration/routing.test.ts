@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { cliAsync, startBroker } from "../helpers/broker.js";
+import { startBroker } from "../helpers/broker.js";
 import {
   ALL_REAL,
   type Fixture,
@@ -131,19 +131,7 @@ ${allow ? "    allow_private_upstream: true\n" : ""}`;
     const key = "sk-local-0123456789abcdef";
     const f = await fixture({ rules: localProvider(true), env: { LOCAL_KEY: key } });
     const agent = agentFor(f);
-    const vars = JSON.parse(
-      (
-        await cliAsync([
-          "env",
-          "--home",
-          f.home,
-          "--config",
-          join(f.dir, "keybroker.yaml"),
-          "--format",
-          "json",
-        ])
-      ).stdout,
-    ) as Record<string, string>;
+    const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
     const res = await request(`https://localhost:${f.upstream.port}/v1/models`, {
       dispatcher: agent,
       headers: { authorization: `Bearer ${vars.LOCAL_API_KEY}` },

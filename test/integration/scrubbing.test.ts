@@ -1,9 +1,6 @@
-// SPEC §3.3: the client never sees a real credential, even when the upstream echoes it back —
-// in a header, an escaped JSON error, an SSE stream split across chunks, a large body, or gzip.
-import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliCompressSync, gzipSync } from "node:zlib";
-import { ProxyAgent, request } from "undici";
+import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 
@@ -13,7 +10,7 @@ let ph: string;
 
 beforeAll(async () => {
   f = await startFixture();
-  agent = new ProxyAgent({ uri: f.broker.url, requestTls: { ca: readFileSync(f.broker.caPath, "utf8") } });
+  agent = f.proxyAgent();
   ph = await f.placeholder("openai");
 });
 afterAll(async () => {

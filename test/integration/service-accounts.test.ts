@@ -327,20 +327,12 @@ describe("Google service account (Vertex AI)", () => {
 
   it("signs intercepted requests too, for a client that sends its placeholder", async () => {
     const f = await fixture();
-    const r = await (await import("../helpers/broker.js")).cliAsync(
-      ["env", "--home", f.home, "--config", join(f.dir, "keybroker.yaml"), "--format", "json"],
-      {
-        env: { BEDROCK_KEY_ID: AWS_ID, BEDROCK_SECRET: AWS_SECRET },
-      },
-    );
+    const r = await f.cli(["env", "--format", "json"], {
+      env: { BEDROCK_KEY_ID: AWS_ID, BEDROCK_SECRET: AWS_SECRET },
+    });
     const ph = (JSON.parse(r.stdout) as Record<string, string>).VERTEX_API_KEY!;
     expect(ph).toBeDefined();
-    const { ProxyAgent } = await import("undici");
-    const { readFileSync } = await import("node:fs");
-    const agent = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const agent = f.proxyAgent();
     const res = await request(
       "https://us-central1-aiplatform.googleapis.com/v1/projects/p1/locations/us-central1/endpoints/openapi/chat/completions",
       {

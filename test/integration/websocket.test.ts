@@ -3,11 +3,9 @@
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
-import { ProxyAgent, WebSocket } from "undici";
+import { WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cliAsync } from "../helpers/broker.js";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 
 /** Sends a raw upgrade request through the broker's CONNECT tunnel; returns all it answered. */
@@ -57,10 +55,7 @@ async function firstMessage(ws: WebSocket): Promise<string> {
 describe("WebSocket upgrades", () => {
   it("injects the credential into an intercepted upgrade request", async () => {
     const ph = await f.placeholder("openai");
-    const dispatcher = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const dispatcher = f.proxyAgent();
     const before = f.upstream.received.length;
     const ws = new WebSocket("wss://api.openai.com/v1/realtime?model=gpt-realtime", {
       dispatcher,
@@ -78,10 +73,7 @@ describe("WebSocket upgrades", () => {
 
   it("refuses an upgrade carrying another provider's placeholder, sending nothing", async () => {
     const ph = await f.placeholder("anthropic");
-    const dispatcher = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const dispatcher = f.proxyAgent();
     const before = f.upstream.received.length;
     const ws = new WebSocket("wss://api.openai.com/v1/realtime", {
       dispatcher,
@@ -106,10 +98,7 @@ describe("WebSocket upgrades", () => {
 
   it("scrubs an echo of the credential from the 101 headers and the frames", async () => {
     const ph = await f.placeholder("openai");
-    const dispatcher = new ProxyAgent({
-      uri: f.broker.url,
-      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
-    });
+    const dispatcher = f.proxyAgent();
     const ws = new WebSocket("wss://api.openai.com/v1/realtime?echo=1", {
       dispatcher,
       headers: { authorization: `Bearer ${ph}` },
@@ -131,14 +120,7 @@ describe("WebSocket upgrades", () => {
     expect(text).toContain(ph);
     expect(text).not.toContain(REAL_OPENAI);
     // The refusal marks the credential, as a refused request would (last: it stays marked).
-    const r = await cliAsync([
-      "status",
-      "--json",
-      "--home",
-      f.home,
-      "--config",
-      join(f.dir, "keybroker.yaml"),
-    ]);
+    const r = await f.cli(["status", "--json"]);
     const report = JSON.parse(r.stdout) as { providers: { id: string; credentials: { state: string }[] }[] };
     expect(report.providers.find((p) => p.id === "openai")!.credentials[0]!.state).toBe("invalid");
   });

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   AuditLog,
+  type AuditLogOptions,
   type AuditRecord,
   auditDir,
   currentAuditFile,
@@ -13,6 +14,7 @@ import {
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
 import { knownSecrets } from "../../../audit/scrub.js";
+import { writeAuditEntries } from "../../helpers/audit.js";
 
 const homes: string[] = [];
 function home(): string {
@@ -33,26 +35,7 @@ function records(path: string): AuditRecord[] {
   return lines(path).map((l) => JSON.parse(l) as AuditRecord);
 }
 
-async function writeEntries(h: string, n: number, opts: ConstructorParameters<typeof AuditLog>[1] = {}) {
-  const log = new AuditLog(h, opts);
-  for (let i = 0; i < n; i++) {
-    log.record({
-      decision: "injected",
-      client: "default",
-      provider: "openai",
-      credential: "OPENAI_API_KEY",
-      fingerprint: "sha256:0123456789ab",
-      method: "POST",
-      host: "api.openai.com",
-      path: `/v1/chat/completions?n=${i}`,
-      status: 200,
-      bytesIn: 1000 + i,
-      bytesOut: 200,
-      durationMs: 12.5,
-    });
-  }
-  await log.close();
-}
+const writeEntries = (h: string, n: number, opts: AuditLogOptions = {}) => writeAuditEntries(h, n, opts);
 
 describe("AuditLog", () => {
   it("writes one chained JSON line per decision with the SPEC's fields", async () => {
