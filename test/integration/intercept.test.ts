@@ -18,6 +18,16 @@ import {
   startFixture,
 } from "../helpers/fixture.js";
 
+/** Everything a raw socket receives until it emits `event`, as text. */
+async function readUntil(socket: NodeJS.EventEmitter, event: "end" | "close"): Promise<string> {
+  let text = "";
+  socket.on("data", (d: Buffer) => {
+    text += d.toString();
+  });
+  await once(socket, event);
+  return text;
+}
+
 let f: Fixture;
 let agent: ProxyAgent;
 
@@ -160,11 +170,7 @@ describe("intercepted HTTPS", () => {
     tls.write(
       `GET /v1/models HTTP/1.1\r\nHost: api.anthropic.com\r\nAuthorization: Bearer ${ph}\r\nConnection: close\r\n\r\n`,
     );
-    let answer = "";
-    tls.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(tls, "end");
+    const answer = await readUntil(tls, "end");
     expect(answer).toMatch(/^HTTP\/1.1 421/);
     expect(answer).toContain("host_mismatch");
     expect(f.upstream.received.length).toBe(before);
@@ -181,11 +187,7 @@ describe("intercepted HTTPS", () => {
     const tls = tlsConnect({ socket, servername: "evil.example", rejectUnauthorized: false });
     await once(tls, "secureConnect");
     tls.write("GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nConnection: close\r\n\r\n");
-    let answer = "";
-    tls.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(tls, "end");
+    const answer = await readUntil(tls, "end");
     expect(answer).toMatch(/^HTTP\/1.1 421/);
     expect(f.upstream.received.length).toBe(before);
     tls.destroy();
@@ -280,11 +282,7 @@ describe("intercepted HTTPS", () => {
     const socket = netConnect(f.broker.port, "127.0.0.1");
     await once(socket, "connect");
     socket.write("GARBAGE \x01\x02 nonsense\r\n\r\n");
-    let answer = "";
-    socket.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(socket, "close");
+    const answer = await readUntil(socket, "close");
     expect(answer).toMatch(/^HTTP\/1.1 400/);
     const ph = await f.placeholder("openai");
     const res = await post("https://api.openai.com/v1/chat/completions", { authorization: `Bearer ${ph}` });
@@ -297,11 +295,7 @@ describe("intercepted HTTPS", () => {
     socket.write(
       `GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\nX-Big: ${"a".repeat(70_000)}\r\n\r\n`,
     );
-    let answer = "";
-    socket.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(socket, "close");
+    const answer = await readUntil(socket, "close");
     expect(answer).toMatch(/^HTTP\/1.1 431/);
     const res = await post("https://api.openai.com/v1/chat/completions", { authorization: "Bearer x" });
     expect(res.status).toBe(200);
@@ -314,11 +308,7 @@ describe("intercepted HTTPS", () => {
     socket.write(
       `GET http://api.openai.com/v1/models HTTP/1.1\r\nHost: api.openai.com\r\nAuthorization: Bearer ${ph}\r\nConnection: close\r\n\r\n`,
     );
-    let answer = "";
-    socket.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(socket, "close");
+    const answer = await readUntil(socket, "close");
     // Port 80 is not one of openai's hosts (they bind 443): the placeholder is bound elsewhere.
     expect(answer).toMatch(/^HTTP\/1.1 403/);
     expect(answer).toContain("placeholder_host_mismatch");
@@ -356,11 +346,7 @@ describe("regressions from review", () => {
     tls.write(
       "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
     );
-    let answer = "";
-    tls.on("data", (d: Buffer) => {
-      answer += d.toString();
-    });
-    await once(tls, "end");
+    const answer = await readUntil(tls, "end");
     expect(answer).toMatch(/^HTTP\/1.1 421/);
     tls.destroy();
   });

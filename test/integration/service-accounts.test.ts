@@ -348,17 +348,22 @@ describe("Google service account (Vertex AI)", () => {
   });
 });
 
+/** The official Bedrock runtime SDK, pointed at the broker's /p/bedrock mount. */
+function bedrockClient(f: Fixture): BedrockRuntimeClient {
+  return new BedrockRuntimeClient({
+    region: "us-east-1",
+    endpoint: `${f.broker.url}/p/bedrock`,
+    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
+    maxAttempts: 1,
+    // The Bedrock runtime client speaks HTTP/2 by default; the loopback endpoint is HTTP/1.1.
+    requestHandler: new NodeHttpHandler(),
+  });
+}
+
 describe("AWS SigV4 (Bedrock)", () => {
   it("re-signs the official Bedrock SDK's request with the real key pair", async () => {
     const f = await fixture();
-    const client = new BedrockRuntimeClient({
-      region: "us-east-1",
-      endpoint: `${f.broker.url}/p/bedrock`,
-      credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
-      maxAttempts: 1,
-      // The Bedrock runtime client speaks HTTP/2 by default; the loopback endpoint is HTTP/1.1.
-      requestHandler: new NodeHttpHandler(),
-    });
+    const client = bedrockClient(f);
     const out = await client.send(
       new ConverseCommand({
         modelId: "anthropic.claude-test",
@@ -375,14 +380,7 @@ describe("AWS SigV4 (Bedrock)", () => {
 
   it("is rejected upstream when the broker holds the wrong secret", async () => {
     const f = await fixture("wrong-secret-wrong-secret-wrong-secret00");
-    const client = new BedrockRuntimeClient({
-      region: "us-east-1",
-      endpoint: `${f.broker.url}/p/bedrock`,
-      credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
-      maxAttempts: 1,
-      // The Bedrock runtime client speaks HTTP/2 by default; the loopback endpoint is HTTP/1.1.
-      requestHandler: new NodeHttpHandler(),
-    });
+    const client = bedrockClient(f);
     await expect(
       client.send(
         new ConverseCommand({
