@@ -40,7 +40,7 @@ export function createContext(opts: CommonOptions): Context {
 
 /**
  * The rule file's path (or undefined for the embedded catalogue) and the loaded rules, checked
- * in a worker thread (rules/load-isolated.ts): for the broker, which runs for days. Commands
+ * in a short-lived child process (rules/load-isolated.ts): for the broker, which runs for days. Commands
  * that exit at once use readRules (cli/read-rules.ts).
  */
 export async function readRulesIsolated(

@@ -154,7 +154,7 @@ describe("keybroker check", () => {
     expect(r.stderr).toContain("providers.mine.hosts[0]");
   });
 
-  it("start checks the rule file the same way (in its loader thread), and exits 1", () => {
+  it("start checks the rule file the same way (in its loader process), and exits 1", () => {
     const config = writeConfig(
       home(),
       "version: 1\nproviders:\n  openai:\n    inject: { hedaer: authorization }\n  mine:\n    hosts: ['api.openai.*']\n",
