@@ -14,7 +14,8 @@ const children = new Set();
 /**
  * Spawns `cmd args` and resolves once `ready(line)` returns a truthy value for a line of its
  * stdout (which is then resolved with), or rejects after `timeoutMs` or if the child exits
- * first. Stdout after that is only kept in `child.outputTail`; stderr goes to `logFile`.
+ * first. Stderr and stdout both go to `logFile` (so `--keep` keeps whatever V8's --trace-* flags
+ * print); the last 4000 characters of stdout are also in `child.outputTail`.
  */
 export function startChild({ name, cmd, args, env, logFile, ready, timeoutMs = 30_000 }) {
   const log = fs.openSync(logFile, "a");
@@ -22,6 +23,8 @@ export function startChild({ name, cmd, args, env, logFile, ready, timeoutMs = 3
   fs.closeSync(log);
   child.benchName = name;
   child.outputTail = "";
+  const copy = fs.createWriteStream(logFile, { flags: "a" });
+  child.stdout.pipe(copy);
   children.add(child);
   child.on("exit", () => children.delete(child));
   return new Promise((resolve, reject) => {

@@ -66,4 +66,14 @@ export const VARIANTS = [
     env: { KEYBROKER_V8_FLAGS: "--heap-growing-percent=25" },
     note: "without --liftoff-only",
   },
+  // glibc's malloc: 16 KiB blocks (OpenSSL's record buffers) in their own mappings. Less memory
+  // per idle connection, one page fault more per request (docs/performance.md).
+  {
+    name: "mmap-16k",
+    optIn: true,
+    top: "",
+    provider: "",
+    env: { MALLOC_MMAP_THRESHOLD_: "16384" },
+    note: "glibc malloc: blocks of 16 KiB and more get their own mapping",
+  },
 ];
