@@ -62,7 +62,7 @@ export function ruleFile({ upstreamPort, upstreamCa, wildHosts, variant }) {
 /**
  * Starts one broker. `home` may be shared between brokers run one after the other (the CA is
  * made once). `nodeOptions` are flags for the broker's node (V8 flags such as
- * `--max-semi-space-size=2`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
+ * `--max-semi-space-size=3`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
  */
 export async function startBroker({ dir, home, name, upstream, wildHosts, variant, nodeOptions }) {
   const config = path.join(dir, `keybroker-${name}.yaml`);

@@ -35,7 +35,7 @@ const { values: opts } = parseArgs({
     warmup: { type: "string", default: "8000" },
     concurrency: { type: "string", default: "1" },
     stream: { type: "boolean", default: false },
-    "node-options": { type: "string", default: "--max-semi-space-size=2 --single-threaded-gc" },
+    "node-options": { type: "string", default: "--max-semi-space-size=3 --single-threaded-gc" },
     env: { type: "string", default: "" },
     top: { type: "string", default: "25" },
     keep: { type: "boolean", default: false },
