@@ -109,6 +109,45 @@ function readAnnotate(file) {
   return { total, rows };
 }
 
+/**
+ * Names JIT code from V8's perf map ("<start hex> <size hex> <name>" per line): returns a
+ * function from callgrind's "0x…" label to V8's name for it ("JS:*name file:line"), or the label when it is not found.
+ */
+function readPerfMap(file, keepAs) {
+  let entries = [];
+  try {
+    entries = fs
+      .readFileSync(file, "utf8")
+      .split("\n")
+      .map((line) => /^([0-9a-f]+) ([0-9a-f]+) (.*)$/.exec(line))
+      .filter(Boolean)
+      .map((m) => ({
+        start: BigInt(`0x${m[1]}`),
+        end: BigInt(`0x${m[1]}`) + BigInt(`0x${m[2]}`),
+        name: m[3],
+      }))
+      .sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
+    fs.renameSync(file, keepAs);
+  } catch {
+    return (label) => label;
+  }
+  return (label) => {
+    if (!/^0x[0-9a-f]+$/.test(label)) return label;
+    const at = BigInt(label);
+    let lo = 0;
+    let hi = entries.length - 1;
+    let found;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (entries[mid].start <= at) {
+        found = entries[mid];
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return found !== undefined && at < found.end ? found.name : label;
+  };
+}
+
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "kb-instr-"));
 const cgOut = path.join(tmp, "callgrind.out");
 let exitCode = 0;
@@ -153,6 +192,9 @@ try {
       "--instr-atstart=no",
       `--callgrind-out-file=${cgOut}`,
       process.execPath,
+      // V8 writes /tmp/perf-<pid>.map (JIT code address → function name): callgrind cannot
+      // name JIT code, the map can.
+      "--perf-basic-prof-only-functions",
       ...flags,
       BROKER_MAIN,
       "start",
@@ -204,13 +246,14 @@ try {
 
   // The dump callgrind_control asked for; the one written at exit holds only the shutdown.
   const dumps = fs.readdirSync(tmp).filter((f) => /^callgrind\.out\.\d+$/.test(f));
+  const jitName = readPerfMap(`/tmp/perf-${broker.pid}.map`, path.join(tmp, "perf.map"));
   let total = 0;
   const byFn = new Map();
   for (const f of dumps) {
     const { total: t, rows } = readAnnotate(path.join(tmp, f));
     total += t;
     for (const r of rows) {
-      const key = `${r.object}\0${r.fn}`;
+      const key = `${r.object}\0${r.object === "???" ? jitName(r.fn) : r.fn}`;
       byFn.set(key, (byFn.get(key) ?? 0) + r.ir);
     }
   }

@@ -20,9 +20,9 @@ export function parseHostHeader(
 export function checkHostBinding(x: Exchange): void {
   if (x.mode !== "intercept") return;
   const hostHeader = x.req.headers.host;
+  // x.headers has every request header but the hop-by-hop ones, names already lower-cased.
   let hosts = 0;
-  for (let i = 0; i < x.req.rawHeaders.length; i += 2)
-    if (x.req.rawHeaders[i]!.toLowerCase() === "host") hosts++;
+  for (let i = 0; i < x.headers.length; i += 2) if (x.headers[i] === "host") hosts++;
   const parsed = hostHeader === undefined ? undefined : parseHostHeader(hostHeader, 443);
   const sni = x.sni === undefined ? undefined : normalizeHostOrRaw(x.sni);
   const hostOk = hosts === 1 && parsed !== undefined && parsed.host === x.host && parsed.port === x.port;
