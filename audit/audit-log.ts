@@ -350,7 +350,15 @@ export class AuditLog {
 
   async #append(lines: readonly string[], bytes: number): Promise<void> {
     if (lines.length === 0) return;
-    await this.#fh!.write(lines.join("\n") + "\n");
+    // Encoded once, straight into the buffer that is written (a joined string would be copied
+    // twice more: by the join and by the write's own encoding).
+    const out = Buffer.allocUnsafe(bytes);
+    let at = 0;
+    for (const line of lines) {
+      at += out.write(line, at);
+      out[at++] = 0x0a;
+    }
+    await this.#fh!.write(out, 0, at);
     this.#size += bytes;
   }
 

@@ -21,6 +21,8 @@ const HOP_BY_HOP = new Set([
 
 function connectionTokens(value: string | string[] | undefined): Set<string> | undefined {
   if (value === undefined) return undefined;
+  // What HTTP/1.1 clients send on almost every request: nothing to strip besides the header.
+  if (typeof value === "string" && /^\s*(?:keep-alive|close)\s*$/i.test(value)) return undefined;
   const tokens = (Array.isArray(value) ? value.join(",") : value)
     .split(",")
     .map((t) => t.trim().toLowerCase())

@@ -48,6 +48,11 @@ export class Runtime {
   readonly #wildcards: ProviderState[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
   readonly #scrubCache = new Map<string, ScrubPatterns>();
+  /** The last patterns built for a credential object: found without building a key string. */
+  readonly #scrubBySecret = new WeakMap<
+    Secret,
+    { provider: string; replacement: string; patterns: ScrubPatterns }
+  >();
 
   private constructor(
     rules: Rules,
@@ -107,7 +112,11 @@ export class Runtime {
   scrubPatterns(x: Exchange): ScrubPatterns | undefined {
     if (x.secret === undefined || x.provider === undefined || !this.rules.scrubResponses) return undefined;
     const replacement = x.placeholder ?? "[REDACTED]";
-    const key = `${x.provider.rule.id}\0${replacement}\0${x.secret.fingerprint}`;
+    const provider = x.provider.rule.id;
+    const last = this.#scrubBySecret.get(x.secret);
+    if (last !== undefined && last.provider === provider && last.replacement === replacement)
+      return last.patterns;
+    const key = `${provider}\0${replacement}\0${x.secret.fingerprint}`;
     let patterns = this.#scrubCache.get(key);
     if (patterns === undefined) {
       const values = new Set([x.secret.reveal()]);
@@ -119,6 +128,7 @@ export class Runtime {
       if (this.#scrubCache.size >= 1000) this.#scrubCache.clear();
       this.#scrubCache.set(key, patterns);
     }
+    this.#scrubBySecret.set(x.secret, { provider, replacement, patterns });
     return patterns;
   }
 

@@ -60,13 +60,15 @@ export class PlaceholderIndex {
     return this.#owners.get(placeholder);
   }
 
-  /** Every placeholder found in `text`, in order. */
-  find(text: string): string[] {
-    if (this.pattern === undefined) return [];
+  /** Every placeholder found in `text`, in order (most texts have none: no array is made then). */
+  find(text: string): readonly string[] {
+    if (this.pattern === undefined) return NONE;
     this.pattern.lastIndex = 0;
-    return text.match(this.pattern) ?? [];
+    return text.match(this.pattern) ?? NONE;
   }
 }
+
+const NONE: readonly string[] = Object.freeze([]);
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

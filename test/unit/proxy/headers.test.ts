@@ -32,6 +32,16 @@ describe("hop-by-hop headers", () => {
     expect(out).toEqual(["host", "api.example.com", "authorization", "Bearer x"]);
   });
 
+  it("strips only the Connection header itself when it says just keep-alive or close", () => {
+    const raw = ["Connection", " Keep-Alive ", "Keep-Alive", "timeout=5", "X-Keep", "1", "Close", "x"];
+    expect(forwardableRequestHeaders(raw, " Keep-Alive ")).toEqual(["x-keep", "1", "close", "x"]);
+    expect(forwardableRequestHeaders(["Connection", "close", "X-A", "1"], "close")).toEqual(["x-a", "1"]);
+    // A token list is read token by token, also when it starts with keep-alive.
+    expect(
+      forwardableRequestHeaders(["Connection", "close, X-A", "X-A", "1", "X-B", "2"], "close, X-A"),
+    ).toEqual(["x-b", "2"]);
+  });
+
   it("drops hop-by-hop headers from responses and keeps repeated ones", () => {
     const out = forwardableResponseHeaders({
       "content-type": "text/event-stream",
