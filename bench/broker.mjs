@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { BENCH_DOMAIN } from "./certs.mjs";
+import { BENCH_DOMAIN, makeUpstreamCerts } from "./certs.mjs";
 import { startChild, stopChild } from "./procs.mjs";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -57,6 +57,31 @@ export function ruleFile({ upstreamPort, upstreamCa, wildHosts, variant }) {
   ]
     .filter((l) => l !== "")
     .join("\n");
+}
+
+/**
+ * Starts the fake upstream (bench/upstream.mjs) in its own process, with certificates made in
+ * `dir`. Resolves `{child, upstream: {port, ca, caPem, pid}}`.
+ */
+export async function startUpstream(dir) {
+  const certs = makeUpstreamCerts(dir);
+  const { child, value: port } = await startChild({
+    name: "upstream",
+    cmd: process.execPath,
+    args: [
+      path.join(ROOT, "bench", "upstream.mjs"),
+      JSON.stringify({
+        cert: certs.cert,
+        key: certs.key,
+        realKey: REAL_KEY,
+        placeholders: [PLACEHOLDER, WILD_PLACEHOLDER],
+      }),
+    ],
+    env: process.env,
+    logFile: path.join(dir, "upstream.log"),
+    ready: (line) => (line.startsWith("{") ? JSON.parse(line).port : null),
+  });
+  return { child, upstream: { port, ca: certs.ca, caPem: fs.readFileSync(certs.ca), pid: child.pid } };
 }
 
 /**

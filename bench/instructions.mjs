@@ -23,12 +23,10 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { BROKER_MAIN, PLACEHOLDER, REAL_KEY, ruleFile, WILD_PLACEHOLDER } from "./broker.mjs";
-import { makeUpstreamCerts } from "./certs.mjs";
+import { BROKER_MAIN, REAL_KEY, ruleFile, startUpstream } from "./broker.mjs";
 import { makeTarget } from "./client.mjs";
 import { startChild, stopAll, stopChild } from "./procs.mjs";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
 const { values: opts } = parseArgs({
   options: {
     n: { type: "string", default: "1000" },
@@ -152,24 +150,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "kb-instr-"));
 const cgOut = path.join(tmp, "callgrind.out");
 let exitCode = 0;
 try {
-  const certs = makeUpstreamCerts(tmp);
-  const up = await startChild({
-    name: "upstream",
-    cmd: process.execPath,
-    args: [
-      path.join(HERE, "upstream.mjs"),
-      JSON.stringify({
-        cert: certs.cert,
-        key: certs.key,
-        realKey: REAL_KEY,
-        placeholders: [PLACEHOLDER, WILD_PLACEHOLDER],
-      }),
-    ],
-    env: process.env,
-    logFile: path.join(tmp, "upstream.log"),
-    ready: (line) => (line.startsWith("{") ? JSON.parse(line).port : null),
-  });
-  const upstream = { port: up.value, ca: certs.ca, caPem: fs.readFileSync(certs.ca), pid: up.child.pid };
+  const { child: upstreamChild, upstream } = await startUpstream(tmp);
   const config = path.join(tmp, "keybroker.yaml");
   fs.writeFileSync(
     config,
@@ -242,7 +223,7 @@ try {
   control("-d", String(broker.pid));
   await d.close();
   await stopChild(started.child, 10_000);
-  await stopChild(up.child);
+  await stopChild(upstreamChild);
 
   // The dump callgrind_control asked for; the one written at exit holds only the shutdown.
   const dumps = fs.readdirSync(tmp).filter((f) => /^callgrind\.out\.\d+$/.test(f));

@@ -32,8 +32,8 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { BROKER_MAIN, PLACEHOLDER, REAL_KEY, startBroker, WILD_PLACEHOLDER } from "./broker.mjs";
-import { BENCH_DOMAIN, makeUpstreamCerts } from "./certs.mjs";
+import { BROKER_MAIN, startBroker, startUpstream } from "./broker.mjs";
+import { BENCH_DOMAIN } from "./certs.mjs";
 import { checkRun, InvalidRunError, makeControl, makeTarget } from "./client.mjs";
 import { cpuSeconds, machineCpu, memoryMiB, startChild, stopAll, stopChild } from "./procs.mjs";
 import * as scenarios from "./scenarios.mjs";
@@ -269,24 +269,7 @@ async function main() {
   const home = path.join(tmpDir, "home");
 
   // The upstream, its certificates, and a side channel to its counters.
-  const certs = makeUpstreamCerts(tmpDir);
-  const up = await startChild({
-    name: "upstream",
-    cmd: process.execPath,
-    args: [
-      path.join(HERE, "upstream.mjs"),
-      JSON.stringify({
-        cert: certs.cert,
-        key: certs.key,
-        realKey: REAL_KEY,
-        placeholders: [PLACEHOLDER, WILD_PLACEHOLDER],
-      }),
-    ],
-    env: process.env,
-    logFile: path.join(tmpDir, "upstream.log"),
-    ready: (line) => (line.startsWith("{") ? JSON.parse(line).port : null),
-  });
-  const upstream = { port: up.value, ca: certs.ca, caPem: fs.readFileSync(certs.ca), pid: up.child.pid };
+  const { upstream } = await startUpstream(tmpDir);
   control = makeControl(upstream);
   const clock = await calibrateClock();
   result.meta.clock = clock.text;
