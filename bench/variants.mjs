@@ -63,7 +63,10 @@ export const VARIANTS = [
     optIn: true,
     top: "",
     provider: "",
-    env: { KEYBROKER_V8_FLAGS: "--heap-growing-percent=25" },
+    env: {
+      KEYBROKER_V8_FLAGS:
+        "--heap-growing-percent=25 --interrupt-budget=16384 --minimum-invocations-after-ic-update=100",
+    },
     note: "without --liftoff-only",
   },
   // glibc's malloc: 16 KiB blocks (OpenSSL's record buffers) in their own mappings. Less memory

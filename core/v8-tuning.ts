@@ -1,6 +1,6 @@
 // V8 settings for a long-running broker, chosen with `npm run bench` and the peer harness
-// (docs/performance.md, decision 25). They trade about 10 % more CPU per request for a peak
-// memory about 60 MiB lower:
+// (docs/performance.md, decisions 25 and 29). They trade about 10 % more CPU per request for a
+// peak memory about 60 MiB lower, and reach optimized code sooner after start-up:
 //
 //   --liftoff-only           undici parses HTTP with llhttp compiled to WebAssembly. Optimizing
 //                            that one large function with TurboFan, on the first upstream request,
@@ -10,14 +10,24 @@
 //                            before a full GC: under load, objects promoted out of the young
 //                            generation piled up to about 40 MiB of garbage. 25 % keeps it near
 //                            the live size.
+//   --interrupt-budget, --minimum-invocations-after-ic-update
+//                            how much a function must run before TurboFan optimizes it. With
+//                            V8's defaults a request's path is still mostly interpreted after
+//                            2,000 requests and costs 3-5x its optimized CPU; a quarter of the
+//                            budget gets there in about 800. The steady state is unchanged.
 //
-// Both are read when used, so setting them at start-up works. The young generation's size is
+// All are read when used, so setting them at start-up works. The young generation's size is
 // fixed when the process starts: `npm start` and bench/peer-extra.sh pass
 // `--max-semi-space-size=3 --single-threaded-gc` on node's command line.
 import v8 from "node:v8";
 import vm from "node:vm";
 
-export const V8_FLAGS = ["--liftoff-only", "--heap-growing-percent=25"] as const;
+export const V8_FLAGS = [
+  "--liftoff-only",
+  "--heap-growing-percent=25",
+  "--interrupt-budget=16384",
+  "--minimum-invocations-after-ic-update=100",
+] as const;
 
 /** Streamed body bytes between two young-generation GCs (see `noteStreamed`). */
 const STREAMED_GC_BYTES = 2 * 1024 * 1024;
