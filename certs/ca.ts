@@ -1,6 +1,7 @@
 // The local certificate authority: created once per home, loaded on every start, so clients
 // that trusted it keep trusting the broker across restarts.
 import {
+  createHash,
   createPrivateKey,
   createPublicKey,
   generateKeyPairSync,
@@ -12,16 +13,9 @@ import { chmodSync, existsSync, readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { inspect } from "node:util";
-import forge from "node-forge";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
-import {
-  derToAsn1,
-  forgePublicKey,
-  randomSerialHex,
-  signCertificate,
-  subjectNameOf,
-  utf8Name,
-} from "./x509.js";
+import { certificateParts } from "./der.js";
+import { forgeLib, forgePublicKey, randomSerialHex, signCertificate, utf8Name } from "./x509.js";
 
 export const CA_DIR = "ca";
 export const CA_CERT_FILE = "ca.pem";
@@ -73,22 +67,15 @@ export class CertificateAuthority {
     this.notAfter = new Date(x509.validTo);
     this.#privateKey = init.privateKey;
 
-    const parsed = forge.pki.certificateFromPem(init.certPem);
-    const ski = parsed.getExtension("subjectKeyIdentifier") as { subjectKeyIdentifier?: string } | undefined;
-    this.keyId = ski?.subjectKeyIdentifier
-      ? Buffer.from(ski.subjectKeyIdentifier, "hex")
-      : Buffer.from(parsed.generateSubjectKeyIdentifier().getBytes(), "binary");
-    this.subjectDer = Buffer.from(forge.asn1.toDer(subjectNameOf(x509.raw)).getBytes(), "binary");
+    const parts = certificateParts(x509.raw);
+    // Without the extension, RFC 5280's method 1 (what keybroker's own CA carries).
+    this.keyId = parts.subjectKeyId ?? createHash("sha1").update(parts.publicKeyBits).digest();
+    this.subjectDer = parts.subject;
   }
 
   /** Signs DER bytes (a TBSCertificate) with the CA key: RSASSA-PKCS1-v1_5 over SHA-256. */
   sign(tbsDer: Uint8Array): Buffer {
     return sign("sha256", tbsDer, this.#privateKey);
-  }
-
-  /** The CA's subject Name as a fresh forge ASN.1 tree, for use as a leaf's issuer. */
-  subjectAsn1(): forge.asn1.Asn1 {
-    return derToAsn1(this.subjectDer);
   }
 
   toJSON(): { certPath: string; keyPath: string; fingerprint256: string } {
@@ -147,7 +134,7 @@ export function loadOrCreateCa(home: string): CertificateAuthority {
 /** Builds the self-signed CA certificate for `privateKey`. */
 export function buildCaCertificate(privateKey: KeyObject, now: Date = new Date()): string {
   const publicKey = forgePublicKey(createPublicKey(privateKey));
-  const cert = forge.pki.createCertificate();
+  const cert = forgeLib().pki.createCertificate();
   cert.publicKey = publicKey;
   cert.serialNumber = randomSerialHex();
   cert.validity.notBefore = new Date(now.getTime() - HOUR_MS);

@@ -1,11 +1,31 @@
 // Per-host leaf certificates for intercepted TLS. One leaf key is made when the minter starts;
-// each host only costs building a certificate and one native RSA signature.
-import { generateKeyPairSync } from "node:crypto";
+// each host only costs encoding a small TBSCertificate (certs/der.ts) and one native RSA
+// signature.
+import { createHash, generateKeyPairSync } from "node:crypto";
 import { isIP } from "node:net";
 import { createSecureContext, type SecureContext, type SecureContextOptions } from "node:tls";
-import forge from "node-forge";
 import type { CertificateAuthority } from "./ca.js";
-import { bufferToBytes, forgePublicKey, randomSerialHex, signCertificate, utf8Name } from "./x509.js";
+import {
+  bitString,
+  children,
+  contextTag,
+  derNull,
+  derTrue,
+  namedBits,
+  octetString,
+  oid,
+  readElement,
+  sequence,
+  smallInteger,
+  Tag,
+  time,
+  tlv,
+  toPem,
+  unsignedInteger,
+  utf8String,
+  valueBytes,
+} from "./der.js";
+import { randomSerialBytes } from "./x509.js";
 
 const HOUR_MS = 60 * 60 * 1000;
 const DAY_MS = 24 * HOUR_MS;
@@ -18,9 +38,21 @@ const CN_MAX = 64;
 /** Letters, digits, hyphen and underscore labels (underscores occur in real host names). */
 const DNS_NAME = /^[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*$/;
 const MAX_DNS_NAME = 253;
-/** GeneralName tags inside subjectAltName. */
-const SAN_DNS = 2;
-const SAN_IP = 7;
+/** GeneralName choices inside subjectAltName ([2] dNSName, [7] iPAddress, both IMPLICIT). */
+const SAN_DNS = contextTag(2, false);
+const SAN_IP = contextTag(7, false);
+
+const SHA256_WITH_RSA = sequence(oid("1.2.840.113549.1.1.11"), derNull());
+const COMMON_NAME = oid("2.5.4.3");
+/** keyUsage bits (RFC 5280 §4.2.1.3). */
+const DIGITAL_SIGNATURE = 0;
+const KEY_ENCIPHERMENT = 2;
+const SERVER_AUTH = "1.3.6.1.5.5.7.3.1";
+
+/** One Extension: its id, critical when set, and its value's DER inside an OCTET STRING. */
+function extension(id: string, critical: boolean, value: Buffer): Buffer {
+  return sequence(oid(id), ...(critical ? [derTrue()] : []), octetString(value));
+}
 
 export interface MintedLeaf {
   certPem: string;
@@ -109,10 +141,10 @@ function wholeSeconds(ms: number): number {
 export class LeafMinter {
   readonly #ca: CertificateAuthority;
   readonly #keyPem: string;
-  readonly #publicKey: forge.pki.rsa.PublicKey;
-  readonly #issuer: forge.asn1.Asn1;
+  /** The leaf key's SubjectPublicKeyInfo (DER). */
+  readonly #spki: Buffer;
   /** Extensions identical on every leaf, encoded once. */
-  readonly #fixedExtensions: object[];
+  readonly #fixedExtensions: Buffer[];
   readonly #maxCached: number;
   readonly #contextOptions: Omit<SecureContextOptions, "cert" | "key" | "pfx">;
   /** Map order is recency order: the first key is the least recently used. */
@@ -124,20 +156,21 @@ export class LeafMinter {
     this.#contextOptions = options.contextOptions ?? {};
     const { privateKey, publicKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
     this.#keyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
-    this.#publicKey = forgePublicKey(publicKey);
-    this.#issuer = ca.subjectAsn1();
-
-    const template = forge.pki.createCertificate();
-    template.publicKey = this.#publicKey;
-    template.setExtensions([
-      { name: "basicConstraints", cA: false, critical: true },
-      { name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
-      { name: "extKeyUsage", serverAuth: true },
-      { name: "subjectKeyIdentifier" },
-      // The CA's own key id, given explicitly: `keyIdentifier: true` would hash the leaf's key.
-      { name: "authorityKeyIdentifier", keyIdentifier: bufferToBytes(ca.keyId) },
-    ]);
-    this.#fixedExtensions = template.extensions;
+    this.#spki = publicKey.export({ type: "spki", format: "der" });
+    // RFC 5280 §4.2.1.2 method 1: SHA-1 of the subjectPublicKey bits (after the unused-bits
+    // byte), as the CA's own identifier was made.
+    const [, keyBits] = children(this.#spki, readElement(this.#spki, 0));
+    const keyId = createHash("sha1").update(valueBytes(this.#spki, keyBits!).subarray(1)).digest();
+    this.#fixedExtensions = [
+      // cA FALSE is the default, which DER leaves out: an empty SEQUENCE.
+      extension("2.5.29.19", true, sequence()),
+      extension("2.5.29.15", true, namedBits([DIGITAL_SIGNATURE, KEY_ENCIPHERMENT])),
+      extension("2.5.29.37", false, sequence(oid(SERVER_AUTH))),
+      extension("2.5.29.14", false, octetString(keyId)),
+      // The CA's own key id ([0] keyIdentifier): chains are built and checked by it (Python
+      // 3.13's strict verification rejects a leaf without it).
+      extension("2.5.29.35", false, sequence(tlv(contextTag(0, false), ca.keyId))),
+    ];
   }
 
   /** Number of per-host contexts currently cached. */
@@ -185,18 +218,23 @@ export class LeafMinter {
     if (now >= caExpiry) {
       throw new Error(`the keybroker CA ${this.#ca.certPath} expired on ${this.#ca.notAfter.toISOString()}`);
     }
-    const cert = forge.pki.createCertificate();
-    cert.publicKey = this.#publicKey;
-    cert.serialNumber = randomSerialHex();
-    cert.validity.notBefore = new Date(now - HOUR_MS);
-    // A leaf never outlives its CA.
-    cert.validity.notAfter = new Date(Math.min(now + LEAF_VALIDITY_DAYS * DAY_MS, caExpiry));
-    cert.setSubject(utf8Name([{ shortName: "CN", value: host.name.slice(0, CN_MAX) }]));
-    const altName = host.ip
-      ? { type: SAN_IP, value: bufferToBytes(host.ip) }
-      : { type: SAN_DNS, value: host.name };
-    cert.setExtensions([...this.#fixedExtensions, { name: "subjectAltName", altNames: [altName] }]);
-    const certPem = signCertificate(cert, (tbsDer) => this.#ca.sign(tbsDer), this.#issuer);
-    return { certPem, keyPem: this.#keyPem, notAfter: cert.validity.notAfter };
+    const notAfter = new Date(Math.min(now + LEAF_VALIDITY_DAYS * DAY_MS, caExpiry)); // never past the CA
+    const altName = host.ip ? tlv(SAN_IP, host.ip) : tlv(SAN_DNS, Buffer.from(host.name, "latin1"));
+    const tbs = sequence(
+      tlv(contextTag(0, true), smallInteger(2)), // v3
+      unsignedInteger(randomSerialBytes()),
+      SHA256_WITH_RSA,
+      this.#ca.subjectDer, // the issuer's Name byte for byte, so the chain links
+      sequence(time(new Date(now - HOUR_MS)), time(notAfter)),
+      sequence(tlv(Tag.SET, sequence(COMMON_NAME, utf8String(host.name.slice(0, CN_MAX))))),
+      this.#spki,
+      tlv(
+        contextTag(3, true),
+        sequence(...this.#fixedExtensions, extension("2.5.29.17", false, sequence(altName))),
+      ),
+    );
+    const signature = this.#ca.sign(tbs);
+    const certPem = toPem("CERTIFICATE", sequence(tbs, SHA256_WITH_RSA, bitString(signature)));
+    return { certPem, keyPem: this.#keyPem, notAfter };
   }
 }
