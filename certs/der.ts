@@ -1,6 +1,7 @@
-// The few DER (X.690) shapes a leaf certificate needs, written and read directly: minting a
-// leaf builds one small TBSCertificate, and a general ASN.1 library costs the broker several
-// MiB of resident memory for the whole time it runs (docs/decisions.md, decision 29).
+// The few DER (X.690) shapes a leaf certificate needs, written and read directly. Minting a
+// leaf builds one small TBSCertificate; encoding it here takes the first mints after start from
+// about 1.1 ms to 0.45 (the RSA signature is the rest), and a broker that loads an existing CA
+// never loads node-forge (docs/decisions.md, decision 30).
 
 /** Universal and context-specific tags used by certificates. */
 export const Tag = {
