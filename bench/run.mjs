@@ -332,6 +332,11 @@ async function main() {
         per.keybroker.push(await runChecked(step, fn, kb, env, result.validity));
       }
       result[key] = { direct: medianOfRounds(per.direct), keybroker: medianOfRounds(per.keybroker) };
+      for (const side of ["direct", "keybroker"]) {
+        // A connection not reused in any round counts, not the median round's.
+        const handshakes = per[side].map((r) => r.upstream_tls_handshakes).filter((x) => x != null);
+        if (handshakes.length > 0) result[key][side].upstream_tls_handshakes = Math.max(...handshakes);
+      }
       if (rounds > 1) result[key].per_round = per;
       result.memory.hwm_after[step] = memoryMiB(broker.pid).hwm;
     }

@@ -98,15 +98,19 @@ export async function throughput(target, env) {
   try {
     await run(warmupS); // opens the connections (and the broker's upstream legs), warms the JIT
     const lat = [];
+    const handshakes0 = (await env.control.stats()).tls_handshakes;
     const cpu = cpuMeter(target, env);
     const r = await run(durationS, lat);
     const used = cpu();
+    // Every connection was opened in the warm-up: a handshake now is a connection not reused.
+    const handshakes = (await env.control.stats()).tls_handshakes - handshakes0;
     const s = summarize(lat);
     return {
       concurrency: conc,
       requests: r.ok,
       seconds: r.seconds,
       rps: r.ok / r.seconds,
+      upstream_tls_handshakes: handshakes,
       p50_ms: s.p50,
       p99_ms: s.p99,
       broker_cpu_us_per_req: usPer(used.broker_s, r.ok),

@@ -82,6 +82,15 @@ export function comparisonRows(r) {
       thr.keybroker.p99_ms,
       added(thr.keybroker.p99_ms, thr.direct.p99_ms),
     );
+    if (thr.keybroker.upstream_tls_handshakes != null) {
+      row(
+        "throughput: upstream TLS handshakes while measuring (most in a round)",
+        thr.direct.upstream_tls_handshakes,
+        thr.keybroker.upstream_tls_handshakes,
+        "–",
+        bar("0: connections reused", thr.keybroker.upstream_tls_handshakes === 0, "**not reused**"),
+      );
+    }
     row("throughput: broker CPU per request (µs)", null, thr.keybroker.broker_cpu_us_per_req, "–");
     row(
       "throughput: upstream CPU per request (µs)",

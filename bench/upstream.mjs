@@ -52,7 +52,15 @@ const CHAT_BODY = (() => {
 
 // ------------------------------------------------------------------------------- counters
 function freshStats() {
-  return { requests: 0, auth_ok: 0, auth_mismatch: 0, mismatch_samples: [], idle_opened: 0 };
+  return {
+    requests: 0,
+    auth_ok: 0,
+    auth_mismatch: 0,
+    mismatch_samples: [],
+    idle_opened: 0,
+    // TLS handshakes completed: with connection reuse, only a new client connection adds one.
+    tls_handshakes: 0,
+  };
 }
 let stats = freshStats();
 /** Idle streams currently open (not reset with the counters: it is a level, not a count). */
@@ -169,6 +177,9 @@ const server = https.createServer(
     sendJson(res, 404, { error: "not found" });
   },
 );
+server.on("secureConnection", () => {
+  stats.tls_handshakes++;
+});
 server.keepAliveTimeout = 120_000;
 server.headersTimeout = 125_000;
 server.requestTimeout = 0;

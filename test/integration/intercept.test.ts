@@ -260,6 +260,40 @@ describe("intercepted HTTPS", () => {
     expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
   });
 
+  it("reuses its upstream connections: requests one after another, then 8 at a time", async () => {
+    const ph = await f.placeholder("openai");
+    const url = "https://api.openai.com/v1/chat/completions";
+    const auth = { authorization: `Bearer ${ph}` };
+    const client = f.proxyAgent();
+    const send = async () => {
+      const res = await request(url, {
+        method: "POST",
+        dispatcher: client,
+        headers: { "content-type": "application/json", ...auth },
+        body: '{"model":"gpt-test"}',
+      });
+      await res.body.text();
+      expect(res.statusCode).toBe(200);
+    };
+    try {
+      await send(); // may open the broker's connection to this upstream
+      const before = f.upstream.connections;
+      for (let i = 0; i < 30; i++) await send();
+      expect(f.upstream.connections - before).toBe(0);
+      const requests = f.upstream.received.length;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          for (let i = 0; i < 10; i++) await send();
+        }),
+      );
+      expect(f.upstream.received.length - requests).toBe(80);
+      // At most one new connection per request in flight, never one per request.
+      expect(f.upstream.connections - before).toBeLessThanOrEqual(8);
+    } finally {
+      await client.close();
+    }
+  });
+
   it("aborts the upstream request when the client goes away", async () => {
     let upstreamClosed!: () => void;
     const closed = new Promise<void>((r) => {
