@@ -12,6 +12,8 @@
 // variant, `default` included, gets a fresh broker and the same warm-up and measurement, one
 // after the other, and the report adds a table comparing them with `default`.
 // `node bench/run.mjs --variants default,audit-off` picks some by name.
+import { V8_FLAGS } from "../dist/core/v8-tuning.js";
+
 export const VARIANTS = [
   { name: "default", top: "", provider: "", note: "rule file as bench/peer-extra.sh writes it" },
 
@@ -63,10 +65,7 @@ export const VARIANTS = [
     optIn: true,
     top: "",
     provider: "",
-    env: {
-      KEYBROKER_V8_FLAGS:
-        "--heap-growing-percent=25 --interrupt-budget=16384 --minimum-invocations-after-ic-update=100",
-    },
+    env: { KEYBROKER_V8_FLAGS: V8_FLAGS.filter((f) => f !== "--liftoff-only").join(" ") },
     note: "without --liftoff-only",
   },
   // glibc's malloc: 16 KiB blocks (OpenSSL's record buffers) in their own mappings. Less memory
