@@ -51,6 +51,9 @@ afterAll(async () => {
 /** A TLS server on 127.0.0.1 that greets each client with "hello from keybroker". */
 async function listen(options: TlsOptions): Promise<number> {
   const server = createServer(options, (socket) => {
+    // A client may reset the connection once it has what it came for (Node 24 then reports
+    // ECONNRESET on this side); what these tests check is the handshake, on the client side.
+    socket.on("error", () => {});
     socket.end("hello from keybroker\n");
   });
   servers.push(server);
