@@ -14,7 +14,7 @@ export { type FindRuleFileOptions, findRuleFile, RULE_FILE_NAME } from "./find.j
 
 /** Reads and compiles the rule file at `path`; undefined → the embedded catalogue alone. */
 export function loadRules(path: string | undefined): Rules {
-  if (path === undefined) return compileRules({}, CATALOGUE_ORIGIN, process.cwd());
+  if (path === undefined) return compileRules({ version: 1 }, CATALOGUE_ORIGIN, process.cwd());
   const absolute = resolve(path);
   let text: string;
   try {
@@ -53,7 +53,16 @@ export function parseRules(text: string, origin: string, baseDir: string): Rules
       { path: "", message: `cannot read the YAML: ${(err as Error).message}` },
     ]);
   }
-  if (raw === null || raw === undefined) raw = {};
+  if (raw === null || raw === undefined) {
+    // An editor that truncates before writing makes one for a moment: never read as "no rules".
+    throw new RuleFileError(origin, [
+      {
+        path: "",
+        message:
+          'the rule file is empty: it must say at least "version: 1" (to serve the embedded catalogue alone, remove the file)',
+      },
+    ]);
+  }
 
   const result = ruleFileSchema.safeParse(raw, { error: ruleFileErrorMap });
   const found: PathProblem[] = [

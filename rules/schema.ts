@@ -453,7 +453,14 @@ const resolveTarget = parsedString('"address:port"', (value) => {
  * as it is), so they accept null.
  */
 export const ruleFileSchema = strict({
-  version: z.literal(1).optional(),
+  // Required (SPEC §4): a file an editor truncated, or one written for another format, is
+  // refused rather than read as "no providers".
+  version: z.literal(1, {
+    error: (issue) =>
+      issue.input === undefined
+        ? 'required key is missing: a rule file must say "version: 1" (on its first line, by convention)'
+        : undefined,
+  }),
   listen: listenSchema.nullish(),
   intercept: z.enum(["providers", "all"]).optional(),
   upstream_ca: oneOrMany(filePath, "a file path or a list of file paths").nullish(),

@@ -167,6 +167,29 @@ describe("keybroker check", () => {
     expect(r.stdout).not.toContain("listening");
   });
 
+  it("start refuses an empty rule file, or one without version: 1, and exits 1", () => {
+    const empty = writeConfig(home(), "");
+    const r1 = cli(["start", "--config", empty, "--home", home(), "--port", "0"]);
+    expect(r1.status).toBe(1);
+    expect(r1.stderr).toContain('the rule file is empty: it must say at least "version: 1"');
+    expect(r1.stdout).not.toContain("listening");
+    const unversioned = writeConfig(home(), "providers:\n  openai: { credentials: [OPENAI_API_KEY] }\n");
+    const r2 = cli(["start", "--config", unversioned, "--home", home(), "--port", "0"]);
+    expect(r2.status).toBe(1);
+    expect(r2.stderr).toContain('version: required key is missing: a rule file must say "version: 1"');
+    expect(r2.stdout).not.toContain("listening");
+  });
+
+  it("init's starter rule file says version: 1 and passes check", () => {
+    const h = home();
+    expect(cli(["init", "--home", h]).status).toBe(0);
+    const starter = join(h, "keybroker.yaml");
+    expect(readFileSync(starter, "utf8")).toMatch(/^version: 1$/m);
+    // `check` also resolves credentials (none here): only the rule file's validity matters.
+    const r = cli(["check", "--home", h, "--config", starter]);
+    expect(r.stderr + r.stdout).not.toContain("invalid rule file");
+  });
+
   it("names the line of a YAML syntax error", () => {
     const config = writeConfig(home(), "version: 1\nproviders:\n  openai: { credentials: [A\n");
     const r = cli(["check", "--config", config, "--home", home()]);

@@ -266,6 +266,44 @@ describe("rules and restarts", () => {
   });
 });
 
+describe("reloading an empty or version-less rule file", () => {
+  it("is rejected and the old rules stay: the provider keeps its credential", async () => {
+    const f = await fixture();
+    const config = join(f.dir, "keybroker.yaml");
+    const agent = agentFor(f);
+    const ph = await f.placeholder("openai");
+    const call = async () => {
+      const res = await request("https://api.openai.com/v1/models", {
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${ph}` },
+      });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await call()).toBe(200);
+    const rejections = () => f.broker.stderr().split("reload rejected").length - 1;
+    const waitForRejection = async (after: number, text: string) => {
+      while (rejections() <= after || !f.broker.stderr().includes(text))
+        await once(f.broker.child.stderr!, "data");
+    };
+    const good = readFileSync(config, "utf8");
+    for (const [text, message] of [
+      ["", "the rule file is empty"],
+      ["# being edited\n", "the rule file is empty"],
+      [good.replace(/^version: 1\n/m, ""), "required key is missing: a rule file must say"],
+    ] as const) {
+      const before = rejections();
+      writeFileSync(config, text);
+      f.broker.child.kill("SIGHUP");
+      await waitForRejection(before, message);
+      expect(await call()).toBe(200);
+      expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    }
+    expect(f.broker.stderr()).not.toContain("rules reloaded");
+    await agent.close();
+  });
+});
+
 describe("the listener's own endpoints", () => {
   it("refuse requests from web pages: a foreign Host (DNS rebinding), Origin or Sec-Fetch-Site", async () => {
     const f = await fixture();

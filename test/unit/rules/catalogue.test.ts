@@ -41,7 +41,7 @@ describe("embedded default catalogue", () => {
     const result = providerSchema.safeParse(entry);
     expect(result.success, JSON.stringify(result.error?.issues)).toBe(true);
     // And compiles alone, without the rest of the catalogue.
-    const alone = parseRules(`catalogue: false\nproviders:\n  ${id}: {}\n`, "t", "/");
+    const alone = parseRules(`version: 1\ncatalogue: false\nproviders:\n  ${id}: {}\n`, "t", "/");
     expect(alone.providers.map((p) => p.id)).toEqual([id]);
   });
 

@@ -8,13 +8,23 @@ import type { ProviderRule, Rules } from "../../../rules/types.js";
 
 const BASE = "/etc/kb";
 
-function parse(text: string): Rules {
-  return parseRules(text, "test.yaml", BASE);
+/**
+ * The text with the required `version: 1` added at its end (so the line numbers the tests
+ * expect stay those of the text), unless it says a version itself.
+ */
+function versioned(text: string): string {
+  if (/^version:/m.test(text)) return text;
+  return `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}version: 1\n`;
 }
 
-function failure(text: string): RuleFileError {
+function parse(text: string): Rules {
+  return parseRules(versioned(text), "test.yaml", BASE);
+}
+
+function failure(text: string, asIs = false): RuleFileError {
   try {
-    parse(text);
+    if (asIs) parseRules(text, "test.yaml", BASE);
+    else parse(text);
   } catch (err) {
     if (err instanceof RuleFileError) return err;
     throw err;
@@ -33,6 +43,35 @@ function provider(rules: Rules, id: string): ProviderRule {
 }
 
 describe("rule file errors", () => {
+  it.each([
+    ["empty", ""],
+    ["only comments", "# keybroker rules\n# (being edited)\n"],
+    ["an empty document", "---\n"],
+  ])("rejects a file that is %s (an editor's truncation), saying what it must hold", (_what, text) => {
+    const err = failure(text, true);
+    expect(err.problems).toEqual([
+      {
+        path: "",
+        message: expect.stringContaining('the rule file is empty: it must say at least "version: 1"'),
+      },
+    ]);
+  });
+
+  it("rejects a file without version: 1, or with another version", () => {
+    expect(failure("providers:\n  openai: {}\n", true).problems).toEqual([
+      {
+        path: "version",
+        message:
+          'required key is missing: a rule file must say "version: 1" (on its first line, by convention)',
+        line: 1,
+        column: 1,
+      },
+    ]);
+    expect(failure("version: 2\n", true).problems).toEqual([
+      { path: "version", message: "expected 1, got 2", line: 1, column: 10 },
+    ]);
+  });
+
   it("suggests the closest key for an unknown key", () => {
     const err = failure("providers:\n  openai:\n    inject: { hedaer: authorization }\n");
     expect(err.problems).toEqual([
@@ -130,7 +169,7 @@ describe("rule file errors", () => {
   });
 
   it("rejects a file that is not a map", () => {
-    expect(problems("- a\n- b\n")).toMatchObject([
+    expect([...failure("- a\n- b\n", true).problems]).toMatchObject([
       { path: "(top level)", message: "expected a map (key: value), got a list" },
     ]);
   });
@@ -290,8 +329,8 @@ describe("cross-checks", () => {
 });
 
 describe("compiling", () => {
-  it("serves the embedded catalogue with defaults when the file is empty", () => {
-    const rules = parse("");
+  it("serves the embedded catalogue with defaults when the file says only its version", () => {
+    const rules = parse("version: 1\n");
     expect(rules.origin).toBe("test.yaml");
     expect(rules.listen).toEqual({ host: "127.0.0.1", port: 8899 });
     expect(rules.intercept).toBe("providers");
@@ -593,9 +632,9 @@ describe("finding and loading the rule file", () => {
 
   it("loads a file with paths relative to its folder, and names it in errors", () => {
     const file = join(cwd, "keybroker.yaml");
-    writeFileSync(file, "sources: { dotenv: .env }\n");
+    writeFileSync(file, "version: 1\nsources: { dotenv: .env }\n");
     expect(loadRules(file).sources.dotenv).toBe(join(cwd, ".env"));
-    writeFileSync(file, "intercept: some\n");
+    writeFileSync(file, "version: 1\nintercept: some\n");
     expect(() => loadRules(file)).toThrow(`invalid rule file ${file} (1 problem):`);
     expect(() => loadRules(join(cwd, "gone.yaml"))).toThrow("cannot read the rule file: it does not exist");
   });
