@@ -11,6 +11,7 @@ import {
   unlinkSync,
   writeSync,
 } from "node:fs";
+import { open, rename, unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 
 /** Creates `dir` (and parents) and makes sure the folder itself is mode 0700. */
@@ -37,4 +38,42 @@ export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 
   closeSync(fd);
   chmodSync(tmp, mode);
   renameSync(tmp, path);
+}
+
+/**
+ * `writeFileAtomic` without blocking the event loop, and durable: the file is fsync'd before the
+ * rename and the folder after it, so the new content survives a crash of the process or the
+ * machine once the promise resolves (true; false when `stillWanted` said no and nothing changed).
+ */
+export async function writeFileDurable(
+  path: string,
+  data: string,
+  opts: { mode?: number; stillWanted?: () => boolean } = {},
+): Promise<boolean> {
+  const mode = opts.mode ?? 0o600;
+  const tmp = join(dirname(path), `.${randomBytes(6).toString("hex")}.tmp`);
+  const fh = await open(tmp, "wx", mode);
+  try {
+    await fh.writeFile(data);
+    await fh.chmod(mode);
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(tmp).catch(() => {});
+    throw err;
+  }
+  await fh.close();
+  // A newer write may have landed meanwhile (a synchronous one): do not put older data over it.
+  if (opts.stillWanted?.() === false) {
+    await unlink(tmp).catch(() => {});
+    return false;
+  }
+  await rename(tmp, path);
+  const dir = await open(dirname(path), "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+  return true;
 }

@@ -144,6 +144,8 @@ export async function forwardWithPool(
       return result;
     }
     const marked = bookkeep(x, held, log, onEvent);
+    // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.
+    if (marked) await x.pools.durable();
     // Only a body in memory can be sent again, and only where there is another credential.
     if (!marked || x.body === undefined || !hasAlternatives(x)) {
       emitHeld(x, held);

@@ -2,9 +2,14 @@
 // state is. A quota answer marks only the credential that got it; a mark only ever extends its
 // deadline; a mark whose time has come is dropped, so the credential is tried again. State
 // lives in memory and is written to `$KEYBROKER_HOME/state/pools.json` (atomic, 0600).
+//
+// A mark must survive a crash (SPEC §7): `markUsageLimit` / `markInvalid` start a durable write
+// (temporary file, fsync, rename, fsync of the folder) at once, and `durable()` resolves when it
+// is done; the pool's caller awaits it before retrying on another credential or answering. A
+// request that marks nothing touches no disk: counters ride along, or are written later.
 import { existsSync, readFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
+import { ensurePrivateDir, writeFileAtomic, writeFileDurable } from "../core/fs.js";
 import type { PoolStrategy } from "../rules/types.js";
 
 export type CredentialStateName = "ok" | "usage_limit_reached" | "invalid";
@@ -49,6 +54,13 @@ export class PoolState {
   #saveTimer: NodeJS.Timeout | undefined;
   #saveDue = 0;
   #dirty = false;
+  /** A durable write that has not started yet: it will hold every change made before it starts. */
+  #queued: Promise<void> | undefined;
+  /** The latest durable write (queued or running); never rejects. */
+  #lastWrite: Promise<void> = Promise.resolve();
+  /** Snapshots taken for writing, and the newest one on disk: an older one never overwrites it. */
+  #snapshots = 0;
+  #onDisk = 0;
 
   constructor(home: string, warn: (message: string) => void = () => {}) {
     const dir = join(home, "state");
@@ -200,7 +212,7 @@ export class PoolState {
     s.reason = reason;
     s.marks++;
     this.#unpin(provider, id);
-    this.#changed();
+    this.#saveDurably();
     return s;
   }
 
@@ -213,7 +225,7 @@ export class PoolState {
     if (fingerprint !== undefined) s.fingerprint = fingerprint;
     s.marks++;
     this.#unpin(provider, id);
-    this.#changed();
+    this.#saveDurably();
     return s;
   }
 
@@ -270,7 +282,8 @@ export class PoolState {
   }
 
   /**
-   * Schedules a write. Marks and resets go to disk within MARK_SAVE_DELAY_MS; request counters
+   * Schedules a write. Expiries and refused values forgotten go to disk within
+   * MARK_SAVE_DELAY_MS (marks are written at once, see `durable()`); request counters
    * ride along, or are written after COUNTER_SAVE_DELAY_MS (they only feed `status`). The
    * in-memory state is authoritative at once either way.
    */
@@ -286,15 +299,53 @@ export class PoolState {
     this.#saveTimer.unref();
   }
 
-  /** Writes the state now (on shutdown, and after marks and resets). */
+  /**
+   * Resolves when every mark made so far is on disk (fsync'd). Already resolved when no write
+   * is pending, so a caller can await it after any request at no cost.
+   */
+  durable(): Promise<void> {
+    return this.#lastWrite;
+  }
+
+  /** Starts (or joins) a durable write of the whole state, after the one running, if any. */
+  #saveDurably(): void {
+    this.#dirty = true;
+    if (this.#queued !== undefined) return;
+    const write = this.#lastWrite.then(async () => {
+      this.#queued = undefined;
+      if (!this.#dirty) return;
+      this.#dirty = false;
+      clearTimeout(this.#saveTimer);
+      this.#saveTimer = undefined;
+      const seq = ++this.#snapshots;
+      try {
+        const written = await writeFileDurable(this.#path, this.#serialize(), {
+          stillWanted: () => this.#onDisk < seq,
+        });
+        if (written) this.#onDisk = seq;
+      } catch (err) {
+        this.#dirty = true;
+        this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);
+      }
+    });
+    this.#queued = write;
+    this.#lastWrite = write;
+  }
+
+  #serialize(): string {
+    return JSON.stringify({ version: STATE_VERSION, providers: this.snapshot() }, null, 1) + "\n";
+  }
+
+  /** Writes the state now (on shutdown, after resets, and for counters). */
   flush(): void {
     if (!this.#dirty) return;
     this.#dirty = false;
     clearTimeout(this.#saveTimer);
     this.#saveTimer = undefined;
-    const data = { version: STATE_VERSION, providers: this.snapshot() };
     try {
-      writeFileAtomic(this.#path, JSON.stringify(data, null, 1) + "\n");
+      const seq = ++this.#snapshots;
+      writeFileAtomic(this.#path, this.#serialize());
+      this.#onDisk = seq;
     } catch (err) {
       this.#dirty = true;
       this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);

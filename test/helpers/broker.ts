@@ -86,7 +86,8 @@ export async function startBroker(opts: StartOptions = {}): Promise<BrokerProces
     async stop() {
       if (stopped) return;
       stopped = true;
-      if (child.exitCode === null) {
+      // A child killed by a signal (a test's kill -9) has a signalCode and no exitCode.
+      if (child.exitCode === null && child.signalCode === null) {
         const exited = once(child, "exit");
         child.kill("SIGTERM");
         await exited;

@@ -315,6 +315,59 @@ fallbacks:
     }
   });
 
+  it("(f2) keeps every mark through kill -9 right after the client got its answer, run after run", async () => {
+    const f = await fixture();
+    const config = join(f.dir, "keybroker.yaml");
+    const env = { ...KEYS, OPENROUTER_API_KEY: OR_KEY };
+    const statePath = join(f.home, "state", "pools.json");
+    const onDisk = (): Record<string, { state: string; until?: number }> => {
+      const data = JSON.parse(readFileSync(statePath, "utf8")) as {
+        providers: Record<string, Record<string, { state: string; until?: number }>>;
+      };
+      return data.providers.openai ?? {};
+    };
+    const RUNS = 6;
+    let broker = f.broker;
+    for (let run = 0; run < RUNS; run++) {
+      // Even runs: A is out of quota, the request is retried on B and the client gets 200.
+      // Odd runs: every key is out of quota, the client gets the 429.
+      const retryAfter = 600 + run * 60;
+      const quota: Behaviour = { ...QUOTA_429, headers: { "retry-after": String(retryAfter) } };
+      const marked = run % 2 === 0 ? [KEYS.KEY_A] : [KEYS.KEY_A, KEYS.KEY_B, KEYS.KEY_C];
+      perKey(f.upstream, "/v1/chat/completions", new Map(marked.map((k) => [k, quota])));
+      const agent = new ProxyAgent({
+        uri: broker.url,
+        requestTls: { ca: readFileSync(broker.caPath, "utf8") },
+      });
+      const before = Date.now();
+      const r = await call(f, agent);
+      // The answer is in hand: kill -9 at once, before any timer of the broker's could run.
+      const exited = new Promise((resolve) => broker.child.once("exit", resolve));
+      broker.child.kill("SIGKILL");
+      await exited;
+      await agent.destroy();
+      expect(r.status, `run ${run}`).toBe(run % 2 === 0 ? 200 : 429);
+      const states = onDisk();
+      for (const id of run % 2 === 0 ? ["KEY_A"] : ["KEY_A", "KEY_B", "KEY_C"]) {
+        expect(states[id]?.state, `run ${run}: ${id}`).toBe("usage_limit_reached");
+        expect(states[id]!.until!, `run ${run}: ${id}`).toBeGreaterThanOrEqual(
+          before + retryAfter * 1000 - 1000,
+        );
+      }
+      // A restarted broker has the marks: status shows them. Then the next run starts from none.
+      await broker.stop();
+      broker = await startBroker({ home: f.home, config, env });
+      const r2 = await cliAsync(["status", "--json", "--home", f.home, "--config", config]);
+      expect(openaiStates(JSON.parse(r2.stdout)).KEY_A, `run ${run} after restart`).toBe(
+        "usage_limit_reached",
+      );
+      expect((await cliAsync(["auth", "reset", "openai", "--home", f.home, "--config", config])).status).toBe(
+        0,
+      );
+    }
+    await broker.stop();
+  }, 120_000);
+
   it("(g) streams a body above the retry limit and passes its 429 through, with the mark recorded", async () => {
     const f = await fixture("    pool: { retry_body_limit: 1KiB }\n");
     const total = 256 * 1024;
