@@ -6,6 +6,13 @@
 // appends the batch with one write. `close()` (or `flush()`) waits until everything queued is on
 // disk.
 //
+// A write is never lost in silence (SPEC §12): a short write is continued; a failed one (disk
+// full, …) is reported once through `onError`, its events are counted, and the first write that
+// succeeds again starts with a `gap` line (how many events, first and last time) inside the
+// chain, then reports through `onResume`. A torn last line found when the file is first opened
+// (a crash in the middle of an append) is cut, warned about and recorded by a `gap` line too.
+// While writes fail, a probe retries every PROBE_MS so the gap is closed without new traffic.
+//
 // Line format: the entry's fields, then `prev` (the previous line's `hash`; 64 zeros for the
 // first line ever) and `hash` = sha256 hex of the line's text up to `prev` included, closed
 // with `}` — that is, of the line without its `,"hash":"…"` member. A changed line no longer
@@ -14,7 +21,7 @@
 import { hash as oneShotHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { open, rename, stat, truncate, unlink } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { ensurePrivateDir } from "../core/fs.js";
 import { knownSecrets } from "./scrub.js";
 
@@ -29,6 +36,15 @@ export const AUDIT_DECISIONS = [
   "login",
   "reset",
   "reload",
+  "removed",
+  "held",
+  "approved",
+  "denied",
+  "approval_timeout",
+  "admin_login",
+  "admin_login_failed",
+  "admin_logout",
+  "gap",
 ] as const;
 
 export type AuditDecision = (typeof AUDIT_DECISIONS)[number];
@@ -60,6 +76,10 @@ export interface AuditEntry {
   readonly reason?: string;
   /** Query parameters whose values are removed from `path` (the injected ones, e.g. `key`). */
   readonly stripParams?: readonly string[];
+  /** For `gap`: how many events were lost, and the times of the first and last of them. */
+  readonly lost?: number;
+  readonly first?: string;
+  readonly last?: string;
 }
 
 /** A line as written: snake_case fields, absent ones omitted. */
@@ -79,11 +99,36 @@ export interface AuditRecord {
   readonly duration_ms?: number;
   readonly code?: string;
   readonly reason?: string;
+  readonly lost?: number;
+  readonly first?: string;
+  readonly last?: string;
   readonly prev: string;
   readonly hash: string;
 }
 
+/** Events that could not be written and are not yet recorded by a `gap` line. */
+export interface AuditGap {
+  readonly lost: number;
+  readonly first: string;
+  readonly last: string;
+  /** Why: the write errors seen, or the torn line found. */
+  readonly why: string;
+}
+
+/** Whether the log is being written (for `status` and `audit: { require: true }`). */
+export interface AuditHealth {
+  readonly file: string;
+  readonly writing: boolean;
+  /** While writes fail: since when (ISO time) and the last error. */
+  readonly failingSince?: string;
+  readonly error?: string;
+  /** Events lost that no `gap` line records yet. */
+  readonly lost: number;
+}
+
 export interface AuditLogOptions {
+  /** The files' base name: `audit` (audit.jsonl, audit.1.jsonl, …) or `security`. */
+  readonly name?: AuditChain;
   /** Rotate when the current file would grow past this many bytes (default 10 MiB). */
   readonly maxBytes?: number;
   /** Rotated files kept: audit.1.jsonl (newest) … audit.<keep>.jsonl (default 5). */
@@ -92,9 +137,18 @@ export interface AuditLogOptions {
   readonly stripParams?: readonly string[];
   /** The last net: every serialized line passes through it (default: the known-secret registry). */
   readonly scrub?: (line: string) => string;
-  /** A write that failed (disk full, …). The batch is dropped; the chain stays intact. */
+  /** Writes began to fail (disk full, …): called once, not per batch. The chain stays intact. */
   readonly onError?: (err: Error) => void;
+  /** Writing works again; `gap` is what the `gap` line just written records. */
+  readonly onResume?: (gap: AuditGap | undefined) => void;
+  /** Something found and mended (a torn last line cut at start). */
+  readonly onWarn?: (message: string) => void;
+  /** How a buffer is written (tests inject short writes and failures). */
+  readonly write?: (fh: FileHandle, buf: Buffer, offset: number, length: number) => Promise<number>;
 }
+
+/** The two hash chains: every decision, and the security-relevant ones kept apart (SPEC §12). */
+export type AuditChain = "audit" | "security";
 
 export const DEFAULT_MAX_BYTES = 10 * 1024 * 1024;
 export const DEFAULT_KEEP = 5;
@@ -103,6 +157,8 @@ export const GENESIS = "0".repeat(64);
 const BATCH_DELAY_MS = 20;
 /** A batch this long is written at once. */
 const BATCH_LINES = 512;
+/** While writes fail, how often a write is tried without new events. */
+const PROBE_MS = 1000;
 const HASH_SUFFIX = /,"hash":"([0-9a-f]{64})"\}$/;
 const REDACTED_PARAM = "[REDACTED]";
 
@@ -110,12 +166,12 @@ export function auditDir(home: string): string {
   return join(home, "audit");
 }
 
-export function currentAuditFile(home: string): string {
-  return join(auditDir(home), "audit.jsonl");
+export function currentAuditFile(home: string, name: AuditChain = "audit"): string {
+  return join(auditDir(home), `${name}.jsonl`);
 }
 
-export function rotatedAuditFile(home: string, n: number): string {
-  return join(auditDir(home), `audit.${n}.jsonl`);
+export function rotatedAuditFile(home: string, n: number, name: AuditChain = "audit"): string {
+  return join(auditDir(home), `${name}.${n}.jsonl`);
 }
 
 export function sha256(text: string): string {
@@ -187,6 +243,9 @@ function serialize(
     duration_ms: entry.durationMs === undefined ? undefined : Math.round(entry.durationMs * 1000) / 1000,
     code: entry.code,
     reason: entry.reason,
+    lost: entry.lost,
+    first: entry.first,
+    last: entry.last,
   };
   // Scrubbed before `prev` is added, so a (short) secret can never corrupt the chain's hex.
   return scrub(JSON.stringify(fields));
@@ -235,6 +294,27 @@ interface Pending {
   readonly at: number;
 }
 
+/** An append that stopped part-way: how many of its lines are whole on disk. */
+class AppendError extends Error {
+  readonly linesWritten: number;
+  constructor(cause: unknown, linesWritten: number) {
+    super((cause as Error).message, { cause });
+    this.linesWritten = linesWritten;
+  }
+}
+
+const defaultWrite = async (fh: FileHandle, buf: Buffer, offset: number, length: number) =>
+  (await fh.write(buf, offset, length)).bytesWritten;
+
+function addToGap(gap: AuditGap | undefined, lost: readonly Pending[], why: string): AuditGap | undefined {
+  if (lost.length === 0) return gap;
+  const times = lost.map((p) => isoTime(p.entry.time ?? p.at)).sort();
+  const first = gap === undefined || times[0]! < gap.first ? times[0]! : gap.first;
+  const last = gap === undefined || times.at(-1)! > gap.last ? times.at(-1)! : gap.last;
+  const whys = gap === undefined || gap.why.includes(why) ? (gap?.why ?? why) : `${gap.why}; ${why}`;
+  return { lost: (gap?.lost ?? 0) + lost.length, first, last, why: whys };
+}
+
 export class AuditLog {
   readonly home: string;
   readonly path: string;
@@ -243,7 +323,17 @@ export class AuditLog {
   readonly #strip: readonly string[];
   readonly #scrub: (line: string) => string;
   readonly #onError: (err: Error) => void;
+  readonly #onResume: (gap: AuditGap | undefined) => void;
+  readonly #onWarn: (message: string) => void;
+  readonly #write: (fh: FileHandle, buf: Buffer, offset: number, length: number) => Promise<number>;
+  readonly #name: AuditChain;
   #queue: Pending[] = [];
+  /** Set while writes fail. */
+  #failure: { since: number; error: string } | undefined;
+  #gap: AuditGap | undefined;
+  /** The file was opened once by this process: a torn line found later is our own failed write. */
+  #opened = false;
+  #probe: NodeJS.Timeout | undefined;
   #pump: Promise<void> | undefined;
   #fh: FileHandle | undefined;
   #ino = 0;
@@ -253,7 +343,8 @@ export class AuditLog {
 
   constructor(home: string, opts: AuditLogOptions = {}) {
     this.home = home;
-    this.path = currentAuditFile(home);
+    this.#name = opts.name ?? "audit";
+    this.path = currentAuditFile(home, this.#name);
     this.#maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
     this.#keep = Math.max(0, opts.keep ?? DEFAULT_KEEP);
     this.#strip = opts.stripParams ?? [];
@@ -261,6 +352,10 @@ export class AuditLog {
     this.#onError =
       opts.onError ??
       ((err) => process.stderr.write(knownSecrets.scrub(`keybroker: audit log: ${err.message}\n`)));
+    this.#onResume = opts.onResume ?? (() => {});
+    this.#onWarn =
+      opts.onWarn ?? ((message) => process.stderr.write(knownSecrets.scrub(`keybroker: ${message}\n`)));
+    this.#write = opts.write ?? defaultWrite;
     ensurePrivateDir(auditDir(home));
   }
 
@@ -274,6 +369,21 @@ export class AuditLog {
       const wait = this.#queue.length >= BATCH_LINES ? 0 : BATCH_DELAY_MS;
       setTimeout(resolve, wait);
     }).then(() => this.#drain());
+  }
+
+  /** False while writes fail (until a write succeeds again). */
+  get writable(): boolean {
+    return this.#failure === undefined;
+  }
+
+  health(): AuditHealth {
+    const f = this.#failure;
+    return {
+      file: this.path,
+      writing: f === undefined,
+      ...(f === undefined ? {} : { failingSince: new Date(f.since).toISOString(), error: f.error }),
+      lost: this.#gap?.lost ?? 0,
+    };
   }
 
   /** Entries recorded but not yet on disk. */
@@ -293,15 +403,19 @@ export class AuditLog {
 
   /** Flushes and closes the file. A later `record()` opens it again. */
   async close(): Promise<void> {
+    clearTimeout(this.#probe);
+    this.#probe = undefined;
     await this.flush();
     const fh = this.#fh;
     this.#fh = undefined;
     await fh?.close();
   }
 
-  async #drain(): Promise<void> {
+  async #drain(probe = false): Promise<void> {
     try {
-      while (this.#queue.length > 0) {
+      // A probe writes at least the pending `gap` line, with or without new events.
+      while (this.#queue.length > 0 || probe) {
+        probe = false;
         const batch = this.#queue;
         this.#queue = [];
         await this.#writeBatch(batch);
@@ -317,15 +431,32 @@ export class AuditLog {
   }
 
   async #writeBatch(batch: readonly Pending[]): Promise<void> {
+    let pending: Pending[] = [...batch];
+    let gapLine = false;
+    let done = 0;
     try {
       await this.#sync();
+      if (this.#gap !== undefined) {
+        const g = this.#gap;
+        const entry: AuditEntry = {
+          decision: "gap",
+          lost: g.lost,
+          first: g.first,
+          last: g.last,
+          reason: `${g.lost} event(s) could not be written to ${basename(this.path)}: ${g.why}`,
+        };
+        pending = [{ entry, at: Date.now() }, ...pending];
+        gapLine = true;
+      }
+      if (pending.length === 0) return;
       let lines: string[] = [];
       let bytes = 0;
-      for (const { entry, at } of batch) {
+      for (const { entry, at } of pending) {
         const { line, hash } = chain(serialize(entry, at, this.#strip, this.#scrub), this.#lastHash);
         const size = Buffer.byteLength(line) + 1;
         if (this.#size + bytes > 0 && this.#size + bytes + size > this.#maxBytes) {
           await this.#append(lines, bytes);
+          done += lines.length;
           lines = [];
           bytes = 0;
           await this.#rotate();
@@ -335,17 +466,50 @@ export class AuditLog {
         this.#lastHash = hash;
       }
       await this.#append(lines, bytes);
+      done += lines.length;
     } catch (err) {
+      if (err instanceof AppendError) done += err.linesWritten;
       // Reopen before the next batch, so the chain resumes from what the disk really holds.
       const fh = this.#fh;
       this.#fh = undefined;
       await fh?.close().catch(() => {});
-      this.#onError(
-        new Error(`${batch.length} audit line(s) could not be written: ${(err as Error).message}`, {
-          cause: err,
-        }),
+      if (gapLine && done > 0) this.#gap = undefined;
+      const message = (err as Error).message;
+      this.#gap = addToGap(
+        this.#gap,
+        pending.slice(done).filter((p) => p.entry.decision !== "gap"),
+        message,
       );
+      if (this.#failure === undefined) {
+        this.#failure = { since: Date.now(), error: message };
+        this.#onError(
+          new Error(
+            `cannot write ${this.path}: ${message}. Events are counted; a gap line will record them when writing resumes`,
+            { cause: err },
+          ),
+        );
+      } else this.#failure.error = message;
+      this.#scheduleProbe();
+      return;
     }
+    const recorded = gapLine ? this.#gap : undefined;
+    if (gapLine) this.#gap = undefined;
+    if (this.#failure !== undefined) {
+      this.#failure = undefined;
+      clearTimeout(this.#probe);
+      this.#probe = undefined;
+      this.#onResume(recorded);
+    }
+  }
+
+  #scheduleProbe(): void {
+    if (this.#probe !== undefined) return;
+    this.#probe = setTimeout(() => {
+      this.#probe = undefined;
+      if (this.#failure === undefined) return;
+      this.#pump ??= this.#drain(true);
+    }, PROBE_MS);
+    this.#probe.unref();
   }
 
   async #append(lines: readonly string[], bytes: number): Promise<void> {
@@ -353,12 +517,25 @@ export class AuditLog {
     // Encoded once, straight into the buffer that is written (a joined string would be copied
     // twice more: by the join and by the write's own encoding).
     const out = Buffer.allocUnsafe(bytes);
+    const ends: number[] = [];
     let at = 0;
     for (const line of lines) {
       at += out.write(line, at);
       out[at++] = 0x0a;
+      ends.push(at);
     }
-    await this.#fh!.write(out, 0, at);
+    // A short write (a nearly full disk) is continued from where it stopped.
+    let off = 0;
+    try {
+      while (off < at) {
+        const n = await this.#write(this.#fh!, out, off, at - off);
+        if (n <= 0) throw new Error(`short write: ${off} of ${at} bytes written`);
+        off += n;
+      }
+    } catch (err) {
+      this.#size += off;
+      throw new AppendError(err, ends.filter((end) => end <= off).length);
+    }
     this.#size += bytes;
   }
 
@@ -376,7 +553,15 @@ export class AuditLog {
     if (this.#fh !== undefined && st !== undefined && st.ino === this.#ino && st.size === this.#size) return;
     await this.#fh?.close();
     this.#fh = undefined;
-    if (st !== undefined && st.size > 0) await this.#dropPartialLine(st.size);
+    if (st !== undefined && st.size > 0) {
+      const cut = await this.#dropPartialLine(st.size);
+      if (cut > 0 && !this.#opened) {
+        // Found at start: a crash in the middle of an append. Reported, and recorded in the chain.
+        const why = `a torn last line (${cut} bytes, no newline) was cut from ${basename(this.path)} at start`;
+        this.#onWarn(`audit log: ${why}; a gap line records it`);
+        this.#gap = addToGap(this.#gap, [{ entry: { decision: "gap" }, at: Date.now() }], why);
+      }
+    }
     const fh = await open(this.path, "a", 0o600);
     try {
       await fh.chmod(0o600);
@@ -384,22 +569,28 @@ export class AuditLog {
       this.#ino = now.ino;
       this.#size = now.size;
       this.#lastHash =
-        (await lastHashOf(this.path)) ?? (await lastHashOf(rotatedAuditFile(this.home, 1))) ?? GENESIS;
+        (await lastHashOf(this.path)) ??
+        (await lastHashOf(rotatedAuditFile(this.home, 1, this.#name))) ??
+        GENESIS;
     } catch (err) {
       await fh.close();
       throw err;
     }
     this.#fh = fh;
+    this.#opened = true;
   }
 
-  /** A crash in the middle of an append leaves a line without its newline: cut it off. */
-  async #dropPartialLine(size: number): Promise<void> {
+  /**
+   * A crash or a failed write in the middle of an append leaves a line without its newline: cut
+   * it off. Returns how many bytes were cut.
+   */
+  async #dropPartialLine(size: number): Promise<number> {
     const fh = await open(this.path, "r");
     let keep = size;
     try {
       const last = Buffer.alloc(1);
       await fh.read(last, 0, 1, size - 1);
-      if (last[0] === 0x0a) return;
+      if (last[0] === 0x0a) return 0;
       const len = Math.min(size, 1024 * 1024);
       const buf = Buffer.alloc(len);
       await fh.read(buf, 0, len, size - len);
@@ -409,6 +600,7 @@ export class AuditLog {
       await fh.close();
     }
     if (keep < size) await truncate(this.path, keep);
+    return size - keep;
   }
 
   /** audit.jsonl → audit.1.jsonl → … → audit.<keep>.jsonl → removed. */
@@ -421,11 +613,12 @@ export class AuditLog {
     if (this.#keep === 0) {
       await unlink(this.path).catch(ignoreMissing);
     } else {
-      await unlink(rotatedAuditFile(this.home, this.#keep)).catch(ignoreMissing);
+      const rotated = (n: number) => rotatedAuditFile(this.home, n, this.#name);
+      await unlink(rotated(this.#keep)).catch(ignoreMissing);
       for (let n = this.#keep - 1; n >= 1; n--) {
-        await rename(rotatedAuditFile(this.home, n), rotatedAuditFile(this.home, n + 1)).catch(ignoreMissing);
+        await rename(rotated(n), rotated(n + 1)).catch(ignoreMissing);
       }
-      await rename(this.path, rotatedAuditFile(this.home, 1));
+      await rename(this.path, rotated(1));
     }
     const fh = await open(this.path, "a", 0o600);
     await fh.chmod(0o600);

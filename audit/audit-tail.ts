@@ -4,7 +4,7 @@
 import { type FSWatcher, watch } from "node:fs";
 import { type FileHandle, open, readFile, stat } from "node:fs/promises";
 import { ensurePrivateDir } from "../core/fs.js";
-import { type AuditRecord, auditDir, currentAuditFile } from "./audit-log.js";
+import { type AuditChain, type AuditRecord, auditDir, currentAuditFile } from "./audit-log.js";
 import { listAuditFiles } from "./audit-verify.js";
 
 /** One entry, one readable line: time, decision, client → provider, request, status. */
@@ -33,9 +33,9 @@ function completeLines(text: string): string[] {
 }
 
 /** The last `n` lines across the audit files (newest last). */
-export async function lastAuditLines(home: string, n: number): Promise<string[]> {
+export async function lastAuditLines(home: string, n: number, name: AuditChain = "audit"): Promise<string[]> {
   if (n <= 0) return [];
-  const files = listAuditFiles(home);
+  const files = listAuditFiles(home, name);
   let out: string[] = [];
   for (let i = files.length - 1; i >= 0 && out.length < n; i--) {
     out = [...completeLines(await readFile(files[i]!, "utf8")), ...out];
@@ -47,6 +47,8 @@ export interface FollowOptions {
   /** Lines already in the log to show first (like `tail -n`). */
   readonly last: number;
   readonly onLine: (line: string) => void;
+  /** Which chain to follow (default `audit`). */
+  readonly name?: AuditChain;
   /** How often to look for changes besides file-system events, in ms (default 1000). */
   readonly pollMs?: number;
 }
@@ -106,7 +108,7 @@ export class AuditFollower {
 
   constructor(home: string, opts: FollowOptions) {
     this.#home = home;
-    this.#path = currentAuditFile(home);
+    this.#path = currentAuditFile(home, opts.name);
     this.#opts = opts;
   }
 
@@ -126,7 +128,7 @@ export class AuditFollower {
       shown = lines;
     }
     // History from the rotated files (by name: nothing else is reading them at this point).
-    const older = listAuditFiles(this.#home).filter((f) => f !== this.#path);
+    const older = listAuditFiles(this.#home, this.#opts.name).filter((f) => f !== this.#path);
     for (let i = older.length - 1; i >= 0 && (shown.length < this.#opts.last || shown.length === 0); i--) {
       shown = [...completeLines(await readFile(older[i]!, "utf8")), ...shown];
     }
@@ -227,7 +229,7 @@ export class AuditFollower {
   /** Opens the file whose first line links to `#lastHash`, if any, keeping it open. */
   async #successor(): Promise<boolean> {
     if (this.#lastHash === undefined) return false;
-    for (const path of listAuditFiles(this.#home)) {
+    for (const path of listAuditFiles(this.#home, this.#opts.name)) {
       let fh: FileHandle;
       try {
         fh = await open(path, "r");

@@ -1,12 +1,21 @@
 // `audit verify`: walks every audit file oldest → newest and checks each line's own hash and its
-// link to the line before. The first broken line is named with its file and line number.
+// link to the line before. The first broken line is named with its file and line number. `gap`
+// lines (events a failed write lost, recorded when writing resumed) are listed apart: a gap is
+// an honest loss the chain admits to, not tampering.
 import { createReadStream, readdirSync } from "node:fs";
 import { basename, join } from "node:path";
 import { createInterface } from "node:readline";
-import { AUDIT_DECISIONS, type AuditRecord, auditDir, GENESIS, sha256 } from "./audit-log.js";
+import {
+  AUDIT_DECISIONS,
+  type AuditChain,
+  type AuditRecord,
+  auditDir,
+  GENESIS,
+  sha256,
+} from "./audit-log.js";
 
 /** The audit files that exist, oldest first: audit.<n>.jsonl … audit.1.jsonl, audit.jsonl. */
-export function listAuditFiles(home: string): string[] {
+export function listAuditFiles(home: string, name: AuditChain = "audit"): string[] {
   const dir = auditDir(home);
   let names: string[];
   try {
@@ -16,11 +25,11 @@ export function listAuditFiles(home: string): string[] {
     throw err;
   }
   const rotated = names
-    .map((name) => ({ name, n: /^audit\.([1-9][0-9]*)\.jsonl$/.exec(name)?.[1] }))
+    .map((file) => ({ name: file, n: new RegExp(`^${name}\\.([1-9][0-9]*)\\.jsonl$`).exec(file)?.[1] }))
     .filter((f): f is { name: string; n: string } => f.n !== undefined)
     .sort((a, b) => Number(b.n) - Number(a.n))
     .map((f) => join(dir, f.name));
-  return names.includes("audit.jsonl") ? [...rotated, join(dir, "audit.jsonl")] : rotated;
+  return names.includes(`${name}.jsonl`) ? [...rotated, join(dir, `${name}.jsonl`)] : rotated;
 }
 
 export interface AuditProblem {
@@ -31,8 +40,19 @@ export interface AuditProblem {
   readonly problem: string;
 }
 
+/** A `gap` line: events lost to a failed write, how many and between which times. */
+export interface AuditGapFound {
+  readonly file: string;
+  readonly line: number;
+  readonly lost: number;
+  readonly first: string | undefined;
+  readonly last: string | undefined;
+  readonly reason: string | undefined;
+}
+
 export interface AuditVerifyOk {
   readonly ok: true;
+  readonly gaps: readonly AuditGapFound[];
   readonly files: readonly string[];
   readonly lines: number;
   /**
@@ -78,8 +98,9 @@ export function parseAuditLine(text: string): { record: AuditRecord } | { proble
  * Checks the whole chain. The first line of the oldest file may link to a line that rotation
  * already removed; every other `prev` must equal the `hash` of the line before, across files.
  */
-export async function verifyAudit(home: string): Promise<AuditVerifyResult> {
-  const files = listAuditFiles(home);
+export async function verifyAudit(home: string, name: AuditChain = "audit"): Promise<AuditVerifyResult> {
+  const files = listAuditFiles(home, name);
+  const gaps: AuditGapFound[] = [];
   let prevHash: string | undefined;
   let prevWhere = "";
   let count = 0;
@@ -104,10 +125,20 @@ export async function verifyAudit(home: string): Promise<AuditVerifyResult> {
             "a line was removed, inserted or reordered here",
         );
       }
+      if (record.decision === "gap") {
+        gaps.push({
+          file,
+          line: n,
+          lost: record.lost ?? 0,
+          first: record.first,
+          last: record.last,
+          reason: record.reason,
+        });
+      }
       prevHash = record.hash;
       prevWhere = `${basename(file)} line ${n}`;
       count++;
     }
   }
-  return { ok: true, files, lines: count, fromGenesis };
+  return { ok: true, files, lines: count, fromGenesis, gaps };
 }

@@ -11,6 +11,7 @@ export const ERROR_STATUS = {
   reauth_required: 401,
   pool_exhausted: 429,
   credential_unavailable: 503,
+  audit_unavailable: 503,
   upstream_unreachable: 502,
   upstream_tls: 502,
   upstream_timeout: 504,

@@ -73,6 +73,7 @@ export function statusReport(broker: Broker): StatusReport {
     ca: { path: broker.ca.certPath, fingerprint: broker.ca.fingerprint256 },
     rules: broker.runtime.rules.origin,
     providers: providerStatuses(broker.runtime, broker.pools.snapshot()),
+    audit: broker.auditHealth(),
   };
 }
 

@@ -1,7 +1,8 @@
 // The request pipeline, in order. Each stage is a small function of the exchange; a stage that
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
-//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → planInjection
+//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → requireAudit
+//   → planInjection
 //   → readBody → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
@@ -11,6 +12,7 @@ import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
 import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
+import { createRequireAudit } from "./stages/require-audit.js";
 
 export type Stage = (x: Exchange) => void | Promise<void>;
 
@@ -18,12 +20,14 @@ export function matchProvider(x: Exchange): void {
   if (x.mode !== "reverse") x.provider = x.rt.providerForHost(x.host, x.port);
 }
 
-export function requestStages(log: Logger): readonly Stage[] {
+/** `auditWritable` says whether the audit log is being written (for `audit: { require: true }`). */
+export function requestStages(log: Logger, auditWritable: () => boolean = () => true): readonly Stage[] {
   return [
     matchProvider,
     checkHostBinding,
     checkPlaceholders,
     applyPolicy,
+    createRequireAudit(auditWritable),
     createPlanInjection(log),
     readBody,
     pickCredential,

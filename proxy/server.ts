@@ -6,7 +6,8 @@ import { createServer, type IncomingMessage, type Server, ServerResponse } from 
 import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
 import type { Agent } from "undici";
-import { type AuditDecision, AuditLog } from "../audit/audit-log.js";
+import type { AuditDecision, AuditHealth } from "../audit/audit-log.js";
+import { AuditTrail } from "../audit/audit-trail.js";
 import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
@@ -115,7 +116,7 @@ export class Broker {
   readonly #opts: BrokerOptions;
   readonly #adminToken: string;
   readonly pools: PoolState;
-  readonly #audit: AuditLog | undefined;
+  readonly #audit: AuditTrail | undefined;
   #address: BrokerAddress | undefined;
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
@@ -128,15 +129,22 @@ export class Broker {
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
     this.#setUpAuth(rt);
-    this.#stages = requestStages(opts.log);
+    this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     const { audit } = rt.rules;
     this.#audit = audit.enabled
-      ? new AuditLog(opts.home, {
+      ? new AuditTrail(opts.home, {
           maxBytes: audit.maxBytes,
           keep: audit.keep,
           scrub: (line) => knownSecrets.scrub(line),
-          onError: (err) => opts.log.error(`cannot write the audit log: ${err.message}`),
+          onError: (err) => opts.log.error(`audit log: ${err.message}`),
+          onResume: (gap) =>
+            opts.log.warn(
+              gap === undefined
+                ? "audit log: writing again"
+                : `audit log: writing again; a gap line records ${gap.lost} event(s) lost from ${gap.first} to ${gap.last}`,
+            ),
+          onWarn: (message) => opts.log.warn(message),
         })
       : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
@@ -177,6 +185,11 @@ export class Broker {
       warn: (message) => opts.log.warn(message),
     });
     return Runtime.build(rules, resolver, homeKey(opts.home));
+  }
+
+  /** Each audit chain's state, for `status` (none when the audit log is off). */
+  auditHealth(): AuditHealth[] {
+    return this.#audit?.health() ?? [];
   }
 
   get runtime(): Runtime {

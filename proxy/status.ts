@@ -1,5 +1,6 @@
 // What `keybroker status` shows: each provider's credentials with id, source, fingerprint,
 // state and reset time. Built from a runtime and the pool state; never holds a value.
+import type { AuditHealth } from "../audit/audit-log.js";
 import type { CredentialState } from "../secrets/pool.js";
 import type { Runtime } from "./runtime.js";
 
@@ -30,6 +31,8 @@ export interface StatusReport {
   readonly ca: { readonly path: string; readonly fingerprint: string };
   readonly rules: string;
   readonly providers: readonly ProviderStatus[];
+  /** The running broker's audit chains (absent when none runs). */
+  readonly audit?: readonly AuditHealth[];
 }
 
 export function providerStatuses(
@@ -73,6 +76,11 @@ export function formatStatus(report: StatusReport): string {
       : "keybroker is not running (showing the saved state)",
     `CA ${report.ca.path} ${report.ca.fingerprint}`,
     `rules: ${report.rules}`,
+    ...(report.audit ?? []).map((a) =>
+      a.writing
+        ? `audit: ${a.file} writing${a.lost > 0 ? ` (${a.lost} event(s) lost, gap line pending)` : ""}`
+        : `audit: ${a.file} NOT WRITING since ${a.failingSince}: ${a.error} (${a.lost} event(s) lost so far)`,
+    ),
   ];
   if (report.providers.length === 0) lines.push("no provider has a credential");
   for (const p of report.providers) {

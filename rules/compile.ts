@@ -79,6 +79,7 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
         (file.audit?.max_size === undefined ? undefined : parseByteSize(file.audit.max_size)) ??
         10 * 1024 * 1024,
       keep: file.audit?.keep ?? 5,
+      require: file.audit?.require ?? false,
     },
     scrubResponses: file.scrub?.responses ?? true,
   };

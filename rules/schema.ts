@@ -505,6 +505,8 @@ export const ruleFileSchema = strict({
     enabled: z.boolean(expect("true or false")).optional(),
     max_size: byteSize.optional(),
     keep: z.number(expect("a whole number")).int("must be a whole number").min(1).max(100).optional(),
+    /** Refuse to inject (503 audit_unavailable) while the audit log cannot be written. */
+    require: z.boolean(expect("true or false")).optional(),
   }).nullish(),
   scrub: strict({
     /** Scrub echoes of the credential from responses (default true; off only for benchmarks). */

@@ -168,7 +168,13 @@ export interface Rules {
   >;
   readonly clients: readonly ClientRule[];
   /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
-  readonly audit: { readonly enabled: boolean; readonly maxBytes: number; readonly keep: number };
+  readonly audit: {
+    readonly enabled: boolean;
+    readonly maxBytes: number;
+    readonly keep: number;
+    /** Refuse to inject (503 audit_unavailable) while the audit log cannot be written. */
+    readonly require: boolean;
+  };
   /** Scrub echoes of credentials from responses (on unless a benchmark turns it off). */
   readonly scrubResponses: boolean;
 }

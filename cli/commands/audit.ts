@@ -1,5 +1,5 @@
 import { basename } from "node:path";
-import { auditDir } from "../../audit/audit-log.js";
+import { type AuditChain, auditDir } from "../../audit/audit-log.js";
 import { AuditFollower, formatAuditLine, lastAuditLines } from "../../audit/audit-tail.js";
 import { verifyAudit } from "../../audit/audit-verify.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
@@ -7,27 +7,34 @@ import type { Command } from "../command.js";
 import { type Context, createContext } from "../context.js";
 
 const DEFAULT_LINES = 10;
+/** `audit verify`: both chains intact, but one records events lost to a failed write. */
+export const EXIT_AUDIT_GAP = 4;
 
 export const audit: Command = {
   name: "audit",
   help: `Usage: keybroker audit verify [--home DIR]
-       keybroker audit tail [-f] [--json] [-n N] [--home DIR]
+       keybroker audit tail [-f] [--json] [-n N] [--security] [--home DIR]
 
 The audit log is $KEYBROKER_HOME/audit/audit.jsonl (0600, folder 0700): one JSON line per
 decision (injected, passthrough, blocked, retried, marked, refreshed, reauth_required, login,
-reset, reload) with the client, provider, credential id and fingerprint (never the value),
-request, status, bytes and duration. Each line carries the hash of the line before it. Files are
-rotated at 10 MiB (audit.1.jsonl is the newest rotated file, 5 are kept), the chain carried
-across files.
+reset, reload, gap, ...) with the client, provider, credential id and fingerprint (never the
+value), request, status, bytes and duration. Each line carries the hash of the line before it.
+Files are rotated at 10 MiB (audit.1.jsonl is the newest rotated file, 5 are kept), the chain
+carried across files. The events that matter after the fact (blocked, login, removed, reset,
+reload, approvals, admin logins) are also in security.jsonl, a chain rotated on its own that
+ordinary traffic cannot rotate away. A write that failed (disk full) is followed, once writing
+resumes, by a gap line: how many events were lost, and the first and last time.
 
-  verify          checks every line, oldest file first: a changed line no longer matches its
-                  hash; a removed, inserted or reordered line breaks the link of the line after
-                  it. Exit 0 with the number of lines when intact, 1 naming the first bad line.
+  verify          checks every line of both chains, oldest file first: a changed line no longer
+                  matches its hash; a removed, inserted or reordered line breaks the link of the
+                  line after it. Exit 0 when intact, 1 naming the first bad line, ${EXIT_AUDIT_GAP} when
+                  intact but a gap line records lost events (each gap is listed).
   tail            the last lines, one readable line each: time, decision, client → provider,
                   method host path, status
     -n, --lines N   how many lines to show first (default ${DEFAULT_LINES}; 0 for none)
     -f, --follow    keep printing new lines as they are written, across rotation (Ctrl-C stops)
     --json          print the raw JSON lines instead
+    --security      the security chain (security.jsonl) instead of audit.jsonl
 
 ${COMMON_HELP}`,
   async run(argv) {
@@ -37,6 +44,7 @@ ${COMMON_HELP}`,
         follow: { type: "boolean", short: "f" },
         json: { type: "boolean" },
         lines: { type: "string", short: "n" },
+        security: { type: "boolean" },
       },
       true,
     );
@@ -45,7 +53,7 @@ ${COMMON_HELP}`,
     if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
     const ctx = createContext(values);
     if (action === "verify") {
-      for (const flag of ["follow", "json", "lines"] as const) {
+      for (const flag of ["follow", "json", "lines", "security"] as const) {
         if (values[flag] !== undefined)
           throw new UsageError(`--${flag} is an option of audit tail, not verify`);
       }
@@ -59,40 +67,61 @@ ${COMMON_HELP}`,
       count = Number(values.lines);
     }
     const print = values.json === true ? (line: string) => line : formatAuditLine;
+    const chain: AuditChain = values.security === true ? "security" : "audit";
     if (values.follow !== true) {
-      for (const line of await lastAuditLines(ctx.home, count)) ctx.out(print(line));
+      for (const line of await lastAuditLines(ctx.home, count, chain)) ctx.out(print(line));
       return 0;
     }
-    return follow(ctx, count, print);
+    return follow(ctx, count, print, chain);
   },
 };
 
 async function verify(ctx: Context): Promise<number> {
-  const result = await verifyAudit(ctx.home);
-  if (!result.ok) {
-    ctx.err(
-      `audit log broken at ${basename(result.file)} line ${result.line}: ${result.problem}\n` +
-        `(${result.lines} line(s) before it verified; files in ${auditDir(ctx.home)})`,
+  let status = 0;
+  for (const chain of ["audit", "security"] as const) {
+    const result = await verifyAudit(ctx.home, chain);
+    if (!result.ok) {
+      ctx.err(
+        `${chain} log broken at ${basename(result.file)} line ${result.line}: ${result.problem}\n` +
+          `(${result.lines} line(s) before it verified; files in ${auditDir(ctx.home)})`,
+      );
+      status = 1;
+      continue;
+    }
+    if (result.files.length === 0) {
+      ctx.out(`${chain} log intact: 0 lines (no ${chain} file yet in ${auditDir(ctx.home)})`);
+      continue;
+    }
+    ctx.out(
+      `${chain} log intact: ${result.lines} line(s) in ${result.files.length} file(s) (${result.files.map((f) => basename(f)).join(", ")})`,
     );
-    return 1;
+    if (!result.fromGenesis) {
+      ctx.out(`note: the oldest kept ${chain} line continues a file that rotation has removed`);
+    }
+    if (result.gaps.length > 0) {
+      const lost = result.gaps.reduce((n, g) => n + g.lost, 0);
+      ctx.out(`${chain} log records ${result.gaps.length} gap(s): ${lost} event(s) lost to failed writes`);
+      for (const g of result.gaps) {
+        ctx.out(
+          `  gap at ${basename(g.file)} line ${g.line}: ${g.lost} event(s) from ${g.first ?? "?"} to ${g.last ?? "?"}${g.reason ? ` (${g.reason})` : ""}`,
+        );
+      }
+      if (status === 0) status = EXIT_AUDIT_GAP;
+    }
   }
-  if (result.files.length === 0) {
-    ctx.out(`audit log intact: 0 lines (no audit file yet in ${auditDir(ctx.home)})`);
-    return 0;
-  }
-  ctx.out(
-    `audit log intact: ${result.lines} line(s) in ${result.files.length} file(s) (${result.files.map((f) => basename(f)).join(", ")})`,
-  );
-  if (!result.fromGenesis) {
-    ctx.out("note: the oldest kept line continues a file that rotation has removed");
-  }
-  return 0;
+  return status;
 }
 
-async function follow(ctx: Context, count: number, print: (line: string) => string): Promise<number> {
+async function follow(
+  ctx: Context,
+  count: number,
+  print: (line: string) => string,
+  name: AuditChain,
+): Promise<number> {
   let closed = false;
   const follower = new AuditFollower(ctx.home, {
     last: count,
+    name,
     onLine: (line) => {
       if (!closed) process.stdout.write(print(line) + "\n");
     },

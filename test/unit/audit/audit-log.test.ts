@@ -144,16 +144,124 @@ describe("AuditLog", () => {
     expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3 });
   });
 
-  it("cuts off a line left half-written by a crash before appending", async () => {
+  it("cuts off a line left half-written by a crash, warns, and records it with a gap line", async () => {
     const h = home();
     await writeEntries(h, 2);
     const path = currentAuditFile(h);
     writeFileSync(path, readFileSync(path, "utf8") + '{"time":"2026-01-01T00:00:00.000Z","decis', {
       flag: "w",
     });
-    await writeEntries(h, 1);
-    expect(lines(path)).toHaveLength(3);
-    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3 });
+    const warnings: string[] = [];
+    await writeEntries(h, 1, { onWarn: (m) => warnings.push(m) });
+    expect(warnings).toEqual([expect.stringContaining("a torn last line (41 bytes, no newline) was cut")]);
+    expect(records(path).map((r) => r.decision)).toEqual(["injected", "injected", "gap", "injected"]);
+    expect(records(path)[2]).toMatchObject({ lost: 1, reason: expect.stringContaining("torn last line") });
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 4, gaps: [{ line: 3, lost: 1 }] });
+  });
+});
+
+/** A write that fails with ENOSPC while `full.now`; `partial` bytes are written first, once. */
+function fullDisk(full: { now: boolean; partial?: number }): AuditLogOptions["write"] {
+  return async (fh, buf, offset, length) => {
+    if (full.now) {
+      if (full.partial !== undefined && full.partial > 0) {
+        const n = Math.min(full.partial, length);
+        full.partial = 0;
+        return (await fh.write(buf, offset, n)).bytesWritten;
+      }
+      throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+    }
+    return (await fh.write(buf, offset, length)).bytesWritten;
+  };
+}
+
+const entry = (i: number) =>
+  ({ decision: "injected", provider: "openai", path: `/v1/x?n=${i}`, status: 200 }) as const;
+
+describe("writes that fail are never silent", () => {
+  it("continues a short write from where it stopped", async () => {
+    const h = home();
+    const calls: number[] = [];
+    await writeEntries(h, 20, {
+      write: async (fh, buf, offset, length) => {
+        calls.push(length);
+        return (await fh.write(buf, offset, Math.min(length, 37))).bytesWritten;
+      },
+    });
+    expect(calls.length).toBeGreaterThan(20);
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 20, gaps: [] });
+  });
+
+  it("reports a failing disk once, counts what is lost, and records it with a gap line when writing resumes", async () => {
+    const h = home();
+    const full = { now: false, partial: 300 };
+    const errors: Error[] = [];
+    const resumed: unknown[] = [];
+    const log = new AuditLog(h, {
+      write: fullDisk(full),
+      onError: (e) => errors.push(e),
+      onResume: (g) => resumed.push(g),
+    });
+    for (let i = 0; i < 3; i++) log.record(entry(i));
+    await log.flush();
+    full.now = true;
+    for (let i = 3; i < 10; i++) log.record(entry(i));
+    await log.flush();
+    for (let i = 10; i < 15; i++) log.record(entry(i));
+    await log.flush();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]!.message).toContain("ENOSPC");
+    expect(log.writable).toBe(false);
+    const health = log.health();
+    expect(health).toMatchObject({ writing: false, error: expect.stringContaining("ENOSPC") });
+    // 300 bytes of the first failing batch were written: whole lines among them are kept.
+    const kept = lines(currentAuditFile(h)).length;
+    expect(kept).toBeGreaterThanOrEqual(3);
+    expect(health.lost).toBe(15 - kept);
+
+    full.now = false;
+    for (let i = 15; i < 17; i++) log.record(entry(i));
+    await log.close();
+    expect(log.writable).toBe(true);
+    expect(resumed).toEqual([expect.objectContaining({ lost: 15 - kept })]);
+    const recs = records(currentAuditFile(h));
+    expect(recs.map((r) => r.decision)).toEqual([
+      ...Array(kept).fill("injected"),
+      "gap",
+      "injected",
+      "injected",
+    ]);
+    expect(recs[kept]).toMatchObject({
+      lost: 15 - kept,
+      first: expect.any(String),
+      last: expect.any(String),
+    });
+    expect(recs[kept]!.first! <= recs[kept]!.last!).toBe(true);
+    const verified = await verifyAudit(h);
+    expect(verified).toMatchObject({
+      ok: true,
+      lines: kept + 3,
+      gaps: [{ line: kept + 1, lost: 15 - kept }],
+    });
+    // Every event is accounted for: written, or counted in the gap.
+    expect(kept + (recs[kept]!.lost ?? 0) + 2).toBe(17);
+  });
+
+  it("writes the gap line by itself once the disk has room again, without new events", async () => {
+    const h = home();
+    const full = { now: true };
+    let resume!: (g: unknown) => void;
+    const resumed = new Promise((r) => {
+      resume = r;
+    });
+    const log = new AuditLog(h, { write: fullDisk(full), onError: () => {}, onResume: (g) => resume(g) });
+    log.record(entry(0));
+    await log.flush();
+    expect(log.writable).toBe(false);
+    full.now = false;
+    expect(await resumed).toMatchObject({ lost: 1 });
+    await log.close();
+    expect(records(currentAuditFile(h)).map((r) => r.decision)).toEqual(["gap"]);
   });
 });
 

@@ -1,0 +1,58 @@
+// The broker's two audit chains (SPEC §12): `audit.jsonl` gets every decision; the events that
+// matter after the fact also go to `security.jsonl`, chained and rotated on its own, so that
+// ordinary traffic cannot rotate them away.
+import {
+  type AuditDecision,
+  type AuditEntry,
+  type AuditHealth,
+  AuditLog,
+  type AuditLogOptions,
+} from "./audit-log.js";
+
+/** Decisions also written to the security chain. */
+export const SECURITY_DECISIONS: ReadonlySet<AuditDecision> = new Set<AuditDecision>([
+  "blocked",
+  "login",
+  "removed",
+  "reset",
+  "reload",
+  "held",
+  "approved",
+  "denied",
+  "approval_timeout",
+  "admin_login",
+  "admin_login_failed",
+  "admin_logout",
+]);
+
+export class AuditTrail {
+  readonly main: AuditLog;
+  readonly security: AuditLog;
+
+  constructor(home: string, opts: Omit<AuditLogOptions, "name"> = {}) {
+    this.main = new AuditLog(home, { ...opts, name: "audit" });
+    this.security = new AuditLog(home, { ...opts, name: "security" });
+  }
+
+  record(entry: AuditEntry): void {
+    this.main.record(entry);
+    if (SECURITY_DECISIONS.has(entry.decision)) this.security.record(entry);
+  }
+
+  /** False while either chain cannot be written. */
+  get writable(): boolean {
+    return this.main.writable && this.security.writable;
+  }
+
+  health(): AuditHealth[] {
+    return [this.main.health(), this.security.health()];
+  }
+
+  async flush(): Promise<void> {
+    await Promise.all([this.main.flush(), this.security.flush()]);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.main.close(), this.security.close()]);
+  }
+}
