@@ -25,18 +25,16 @@ import { basename, join } from "node:path";
 import { ensurePrivateDir } from "../core/fs.js";
 import { knownSecrets } from "./scrub.js";
 
-export const AUDIT_DECISIONS = [
-  "injected",
-  "passthrough",
+/**
+ * Decisions that matter after the fact: also written to the security chain (SPEC §12), which
+ * ordinary traffic cannot rotate away.
+ */
+export const SECURITY_DECISIONS = [
   "blocked",
-  "retried",
-  "marked",
-  "refreshed",
-  "reauth_required",
   "login",
+  "removed",
   "reset",
   "reload",
-  "removed",
   "held",
   "approved",
   "denied",
@@ -44,7 +42,17 @@ export const AUDIT_DECISIONS = [
   "admin_login",
   "admin_login_failed",
   "admin_logout",
+] as const;
+
+export const AUDIT_DECISIONS = [
+  "injected",
+  "passthrough",
+  "retried",
+  "marked",
+  "refreshed",
+  "reauth_required",
   "gap",
+  ...SECURITY_DECISIONS,
 ] as const;
 
 export type AuditDecision = (typeof AUDIT_DECISIONS)[number];

@@ -7,23 +7,10 @@ import {
   type AuditHealth,
   AuditLog,
   type AuditLogOptions,
+  SECURITY_DECISIONS,
 } from "./audit-log.js";
 
-/** Decisions also written to the security chain. */
-export const SECURITY_DECISIONS: ReadonlySet<AuditDecision> = new Set<AuditDecision>([
-  "blocked",
-  "login",
-  "removed",
-  "reset",
-  "reload",
-  "held",
-  "approved",
-  "denied",
-  "approval_timeout",
-  "admin_login",
-  "admin_login_failed",
-  "admin_logout",
-]);
+const SECURITY: ReadonlySet<AuditDecision> = new Set<AuditDecision>(SECURITY_DECISIONS);
 
 export class AuditTrail {
   readonly main: AuditLog;
@@ -36,7 +23,7 @@ export class AuditTrail {
 
   record(entry: AuditEntry): void {
     this.main.record(entry);
-    if (SECURITY_DECISIONS.has(entry.decision)) this.security.record(entry);
+    if (SECURITY.has(entry.decision)) this.security.record(entry);
   }
 
   /** False while either chain cannot be written. */

@@ -2,7 +2,7 @@
 // upstream's test CA is trusted, and real-looking keys sit in the broker's environment only.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ProxyAgent } from "undici";
+import { ProxyAgent, request } from "undici";
 import {
   type BrokerProcess,
   type CliResult,
@@ -128,4 +128,19 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
       await upstream.close();
     },
   };
+}
+
+/**
+ * An exfiltration attempt the broker blocks (403 placeholder_host_mismatch): the openai
+ * placeholder sent to api.anthropic.com. Returns the status code.
+ */
+export async function sendBlockedRequest(agent: ProxyAgent, openaiPlaceholder: string): Promise<number> {
+  const res = await request("https://api.anthropic.com/v1/messages", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { "x-api-key": openaiPlaceholder },
+    body: "{}",
+  });
+  await res.body.text();
+  return res.statusCode;
 }

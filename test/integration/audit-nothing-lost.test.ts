@@ -7,7 +7,7 @@ import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "nod
 import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type Fixture, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
 
 const open: Fixture[] = [];
 const mounts: string[] = [];
@@ -125,14 +125,7 @@ describe("the security chain", () => {
     open.push(f);
     const agent = f.proxyAgent();
     const openai = await f.placeholder("openai");
-    const blocked = await request("https://api.anthropic.com/v1/messages", {
-      method: "POST",
-      dispatcher: agent,
-      headers: { "x-api-key": openai },
-      body: "{}",
-    });
-    await blocked.body.text();
-    expect(blocked.statusCode).toBe(403);
+    expect(await sendBlockedRequest(agent, openai)).toBe(403);
     for (let i = 0; i < 60; i++) expect((await get(agent, openai)).status).toBe(200);
     await agent.close();
     await f.broker.stop();

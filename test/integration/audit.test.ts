@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cliAsync } from "../helpers/broker.js";
-import { type Fixture, REAL_GEMINI, startFixture } from "../helpers/fixture.js";
+import { type Fixture, REAL_GEMINI, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
 
 let f: Fixture;
 let agent: ProxyAgent;
@@ -37,14 +37,7 @@ describe("audit log", () => {
     await ok.body.text();
     const plain = await request("https://api.openai.com/v1/models", { dispatcher: agent });
     await plain.body.text();
-    const blocked = await request("https://api.anthropic.com/v1/messages", {
-      method: "POST",
-      dispatcher: agent,
-      headers: { "x-api-key": openai },
-      body: "{}",
-    });
-    await blocked.body.text();
-    expect(blocked.statusCode).toBe(403);
+    expect(await sendBlockedRequest(agent, openai)).toBe(403);
     // The broker writes the log after the response: stop it to flush.
     await f.broker.stop();
 
