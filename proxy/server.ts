@@ -325,13 +325,22 @@ export class Broker {
         return;
       }
       const where = `${target.host}:${target.port}`;
-      this.#audit?.record({
-        decision: "passthrough",
-        client: client.rule.name,
-        method: "CONNECT",
-        host: where,
-        reason: "tunnelled",
-      });
+      // Audited once the outcome is known: a tunnel that never opened is not "tunnelled". A
+      // refused private address is a block; an unreachable target passed through and failed.
+      const audit = (outcome?: BrokerError, refused = false) =>
+        this.#audit?.record({
+          decision: refused ? "blocked" : "passthrough",
+          client: client.rule.name,
+          method: "CONNECT",
+          host: where,
+          status: outcome === undefined ? 200 : outcome.status,
+          code: outcome?.code,
+          reason: outcome === undefined ? "tunnelled" : `not tunnelled: ${outcome.message}`,
+        });
+      const refuse = (err: BrokerError, refused = false) => {
+        audit(err, refused);
+        writeRawError(socket, err);
+      };
       const dest = target;
       const mapped = rt.rules.resolve.get(where);
       const allowed = mapped !== undefined || this.#allowsPrivate(rt, target.host, target.port);
@@ -340,27 +349,28 @@ export class Broker {
           { target: where, err: (e as NodeJS.ErrnoException).code },
           "tunnel target unreachable",
         );
-        writeRawError(socket, new BrokerError("upstream_unreachable", `could not reach ${where}`));
+        refuse(new BrokerError("upstream_unreachable", `could not reach ${where}`));
       };
+      const onTunnelled = () => audit();
       if (mapped !== undefined) {
-        tunnel(socket, head, mapped, onTunnelError);
+        tunnel(socket, head, mapped, onTunnelError, onTunnelled);
         return;
       }
       // Resolve once and connect to that address, so the check and the connection agree.
       lookup(dest.host, (err, address) => {
         if (err || (!allowed && isPrivateAddress(address))) {
           const refused = !err;
-          writeRawError(
-            socket,
+          refuse(
             new BrokerError(
               "upstream_unreachable",
               refused ? `${where} is a loopback/private address; refused` : `could not resolve ${dest.host}`,
               refused ? { hint: `list "${where}" under resolve: to allow it` } : {},
             ),
+            refused,
           );
           return;
         }
-        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError);
+        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError, onTunnelled);
       });
     } catch (err) {
       writeRawError(
