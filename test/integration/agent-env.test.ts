@@ -111,7 +111,7 @@ describe("with a broker running, env and run use its rules", () => {
     // The broker's own rule file: no warning.
     const same = await f.cli(["env", "--format", "json"]);
     expect(same.stderr).not.toContain("differs");
-  });
+  }, 120_000);
 });
 
 describe("every provider the rule file names is active (SPEC §10)", () => {
@@ -148,5 +148,5 @@ describe("every provider the rule file names is active (SPEC §10)", () => {
     } finally {
       await agent.close();
     }
-  });
+  }, 120_000);
 });
