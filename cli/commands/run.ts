@@ -59,9 +59,15 @@ ${COMMON_HELP}`,
         log: createLogger(ctx.env.KEYBROKER_LOG_LEVEL ?? "warn"),
         port: 0,
       });
-      const address = await broker.listen();
-      view = localAgentView(broker.runtime, client);
-      vars = await buildAgentVariables(ctx, rules, view, { url: address.url, bundle: broker.bundlePath });
+      try {
+        const address = await broker.listen();
+        view = localAgentView(broker.runtime, client);
+        vars = await buildAgentVariables(ctx, rules, view, { url: address.url, bundle: broker.bundlePath });
+      } catch (err) {
+        // An unknown client or a token with no value: the broker must not keep this process up.
+        await broker.close();
+        throw err;
+      }
       secrets = resolvedSecrets(broker.runtime);
     }
     const env: NodeJS.ProcessEnv = { ...ctx.env };

@@ -75,6 +75,15 @@ describe("keybroker run keeps real secrets out of the command's environment", ()
   });
 });
 
+describe("keybroker run with a client the rules do not define", () => {
+  it("exits 1 with the reason instead of staying up with the broker it started", async () => {
+    const r = await cliAsync(["run", "--home", home(), "--client", "nobody", "--", ...printEnv]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('client "nobody" is not defined');
+    expect(r.stdout).toBe("");
+  });
+});
+
 describe("with a broker running, env and run use its rules", () => {
   it("gives the broker's providers in another folder, and warns about a rule file that differs", async () => {
     const f = await fixture();
