@@ -1,57 +1,82 @@
-// Works out what an agent gets for a client: the broker to use, the placeholders of the active
-// providers and the client's token, without printing or passing any real provider secret.
+// Works out what an agent gets for a client: the placeholders of the active providers (from the
+// running broker's rules when one runs, else from the rule file here) and the client's token,
+// without printing or passing any real provider secret.
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { UserError } from "../core/errors.js";
-import { homeKey } from "../core/home.js";
+import { type AgentView, agentView } from "../proxy/agent-view.js";
+import type { Runtime } from "../proxy/runtime.js";
+import { ruleTextDigest } from "../rules/digest.js";
 import type { Rules } from "../rules/types.js";
-import { placeholderFor } from "../secrets/placeholders.js";
+import { adminRequest } from "./admin-client.js";
 import { agentVariables } from "./agent-env.js";
-import { type Context, localResolver } from "./context.js";
+import { type Context, localResolver, type RunningBroker } from "./context.js";
 
-export async function clientToken(ctx: Context, rules: Rules, client: string): Promise<string | undefined> {
-  const rule = rules.clients.find((c) => c.name === client);
-  if (rule === undefined) {
+/** The agent's view from rules resolved in this process (no broker running, or run's own). */
+export function localAgentView(rt: Runtime, client: string): AgentView {
+  const view = agentView(rt, client);
+  if (view === undefined) {
     throw new UserError(`client "${client}" is not defined in the rule file: add it under clients:`);
   }
-  if (rule.token === undefined) return undefined;
-  const resolver = localResolver(ctx, rules);
-  const resolution = await resolver.resolve(rule.token);
+  return view;
+}
+
+/**
+ * The agent's view from the running broker: its rules, whatever folder this runs in. Warns when
+ * the rule file found here is not the one the broker runs.
+ */
+export async function brokerAgentView(
+  ctx: Context,
+  broker: RunningBroker,
+  client: string,
+  ruleFile: string | undefined,
+): Promise<AgentView> {
+  const view = await adminRequest<AgentView>(
+    ctx.home,
+    broker,
+    "GET",
+    `agent?client=${encodeURIComponent(client)}`,
+  );
+  if (ruleFile !== undefined && !sameRules(ruleFile, view.rules)) {
+    ctx.err(
+      `keybroker: warning: the rule file ${ruleFile} differs from the running broker's (${view.rules.origin}); using the broker's rules`,
+    );
+  }
+  return view;
+}
+
+function sameRules(ruleFile: string, theirs: AgentView["rules"]): boolean {
+  if (resolve(ruleFile) !== theirs.origin) return false;
+  try {
+    return ruleTextDigest(readFileSync(ruleFile, "utf8")) === theirs.digest;
+  } catch {
+    return false;
+  }
+}
+
+export async function clientToken(ctx: Context, rules: Rules, view: AgentView): Promise<string | undefined> {
+  if (view.token === undefined) return undefined;
+  const resolution = await localResolver(ctx, rules).resolve(view.token);
   if (resolution.secret === undefined) {
     throw new UserError(
-      `the token of client "${client}" (${rule.token}) has no value here: set it, then retry`,
+      `the token of client "${view.client}" (${view.token}) has no value here: set it, then retry`,
     );
   }
   return resolution.secret.reveal();
 }
 
-export function placeholderVariables(
-  ctx: Context,
-  rules: Rules,
-  client: string,
-  activeProviders: readonly string[],
-): Record<string, string> {
-  const key = homeKey(ctx.home);
-  const rule = rules.clients.find((c) => c.name === client);
-  const out: Record<string, string> = {};
-  for (const provider of rules.providers) {
-    if (!activeProviders.includes(provider.id)) continue;
-    if (rule !== undefined && rule.providers !== "*" && !rule.providers.includes(provider.id)) continue;
-    out[provider.placeholder.env] = placeholderFor(key, client, provider);
-  }
-  return out;
-}
-
+/** Proxy, CA bundle and placeholder variables for the view's client, toward `broker`. */
 export async function buildAgentVariables(
   ctx: Context,
   rules: Rules,
-  client: string,
-  broker: { url: string; bundle: string; activeProviders: readonly string[] },
+  view: AgentView,
+  broker: { url: string; bundle: string },
 ): Promise<Record<string, string>> {
-  const token = await clientToken(ctx, rules, client);
   return agentVariables({
     url: broker.url,
-    client,
-    token,
+    client: view.client,
+    token: await clientToken(ctx, rules, view),
     bundle: broker.bundle,
-    placeholders: placeholderVariables(ctx, rules, client, broker.activeProviders),
+    placeholders: view.placeholders,
   });
 }

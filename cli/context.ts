@@ -1,7 +1,6 @@
 // What every command needs: the home, the rule file, the logger, and how to reach a running
 // broker.
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { type BrokerRecord, readBrokerRecords } from "../core/broker-records.js";
 import { UserError } from "../core/errors.js";
 import { homeKey, homePath } from "../core/home.js";
 import { createLogger, type Logger } from "../core/log.js";
@@ -12,6 +11,7 @@ import { loadRulesIsolated } from "../rules/load-isolated.js";
 import type { Rules } from "../rules/types.js";
 import type { SecretResolver } from "../secrets/resolver.js";
 import { createSecretResolver } from "../secrets/sources.js";
+import { UsageError } from "./args.js";
 
 export interface CommonOptions {
   readonly home?: string | undefined;
@@ -56,29 +56,46 @@ export async function readRulesIsolated(
   }
 }
 
-export interface RunningBroker {
-  readonly url: string;
-  readonly port: number;
-  readonly pid: number;
-  readonly activeProviders: readonly string[];
-  readonly bundle: string;
+export type RunningBroker = BrokerRecord;
+
+/** Every broker of the home whose record is live and that answers its health check. */
+export async function findRunningBrokers(home: string): Promise<RunningBroker[]> {
+  const answers = await Promise.all(
+    readBrokerRecords(home).map(async (record) => {
+      try {
+        const res = await fetch(`${record.url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
+        const body = (await res.json()) as { ok?: boolean; pid?: number };
+        return body.ok === true && body.pid === record.pid ? record : undefined;
+      } catch {
+        return undefined;
+      }
+    }),
+  );
+  return answers.filter((r) => r !== undefined);
 }
 
-/** The broker recorded in the home, if it answers its health check. */
-export async function findRunningBroker(home: string): Promise<RunningBroker | undefined> {
-  let state: RunningBroker;
-  try {
-    state = JSON.parse(readFileSync(join(home, "broker.json"), "utf8")) as RunningBroker;
-  } catch {
-    return undefined;
-  }
-  try {
-    const res = await fetch(`${state.url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
-    const body = (await res.json()) as { ok?: boolean; pid?: number };
-    return body.ok === true && body.pid === state.pid ? state : undefined;
-  } catch {
-    return undefined;
-  }
+/**
+ * The running broker a command talks to: the only one of the home, or the one on `port`.
+ * Several without `--port` is a usage error that lists them.
+ */
+export async function findRunningBroker(home: string, port?: number): Promise<RunningBroker | undefined> {
+  const running = await findRunningBrokers(home);
+  if (port !== undefined) return running.find((b) => b.port === port);
+  if (running.length <= 1) return running[0];
+  throw new UsageError(
+    `${running.length} brokers run for this home (${running
+      .map((b) => `port ${b.port}, pid ${b.pid}`)
+      .join("; ")}): pick one with --port`,
+  );
+}
+
+/** `--port N` of the commands that talk to a running broker. */
+export function brokerPort(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const port = Number(value);
+  if (!Number.isInteger(port) || port <= 0 || port > 65535)
+    throw new UsageError(`--port: not a port number: ${value}`);
+  return port;
 }
 
 /** The resolver the command line uses: this process's environment, `.env` and files. */

@@ -1,4 +1,5 @@
-// The broker's local admin API, for the CLI: status and pool resets on the running broker.
+// The broker's local admin API, for the CLI: status, what an agent gets (`env`/`run`) and pool
+// resets on the running broker.
 // Requests carry the home's admin token (0600), compared in constant time.
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -6,6 +7,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
+import { VERSION } from "../core/version.js";
+import { agentView } from "./agent-view.js";
 import type { Broker } from "./server.js";
 import { providerStatuses, type StatusReport } from "./status.js";
 
@@ -66,10 +69,18 @@ async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> 
 }
 
 export function statusReport(broker: Broker): StatusReport {
+  const rejected = broker.reloadRejected;
   return {
     running: true,
+    version: VERSION,
     url: broker.address.url,
     pid: process.pid,
+    startedAt: broker.startedAt.toISOString(),
+    uptimeSeconds: Math.floor((Date.now() - broker.startedAt.getTime()) / 1000),
+    reload:
+      rejected === undefined
+        ? undefined
+        : { rejectedAt: rejected.at.toISOString(), message: rejected.message },
     ca: { path: broker.ca.certPath, fingerprint: broker.ca.fingerprint256 },
     rules: broker.runtime.rules.origin,
     providers: providerStatuses(broker.runtime, broker.pools.snapshot()),
@@ -92,6 +103,19 @@ export async function handleAdmin(
     const action = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0];
     if (action === "status" && req.method === "GET") {
       send(res, 200, statusReport(broker));
+      return;
+    }
+    if (action === "agent" && req.method === "GET") {
+      const client = new URL(req.url ?? "", "http://admin").searchParams.get("client") ?? "default";
+      const view = agentView(broker.runtime, client);
+      if (view === undefined) {
+        throw new BrokerError(
+          "bad_request",
+          `client "${client}" is not defined in the running broker's rules (${broker.runtime.rules.origin})`,
+          { hint: "add it under clients:, or pick one with --client" },
+        );
+      }
+      send(res, 200, view);
       return;
     }
     if (action === "reset" && req.method === "POST") {

@@ -55,13 +55,14 @@ export function intercept(
 
 /**
  * Pipes the client socket to `target` untouched (hosts without a rule). `onConnectError` answers
- * the CONNECT when the target cannot be reached.
+ * the CONNECT when the target cannot be reached; `onConnected` runs once it is reached.
  */
 export function tunnel(
   socket: Socket,
   head: Buffer,
   target: { host: string; port: number },
   onConnectError: (err: Error) => void,
+  onConnected?: () => void,
 ): void {
   const upstream = netConnect({ host: target.host, port: target.port });
   upstream.setNoDelay(true);
@@ -69,6 +70,7 @@ export function tunnel(
   upstream.once("connect", () => {
     connected = true;
     socket.write(CONNECT_OK);
+    onConnected?.();
     if (head.length > 0) upstream.write(head);
     socket.pipe(upstream);
     upstream.pipe(socket);

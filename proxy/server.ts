@@ -4,7 +4,6 @@
 import { lookup } from "node:dns";
 import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { join } from "node:path";
 import type { Agent } from "undici";
 import type { AuditDecision, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
@@ -12,10 +11,11 @@ import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
+import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
 import { BrokerError, errorResponse } from "../core/errors.js";
-import { writeFileAtomic } from "../core/fs.js";
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
+import { VERSION } from "../core/version.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { Rules } from "../rules/types.js";
@@ -35,7 +35,7 @@ import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
 
-export const VERSION = "0.1.0";
+export { VERSION };
 export const HEALTH_PATH = "/__keybroker/health";
 
 export interface BrokerOptions {
@@ -46,7 +46,7 @@ export interface BrokerOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Overrides `listen`'s port (`--port`); 0 picks a free one. */
   readonly port?: number;
-  /** Record the address in `$home/broker.json` so other commands find this broker. */
+  /** Record the address in `$home/run/broker-<port>.json` so other commands find this broker. */
   readonly advertise?: boolean;
 }
 
@@ -118,6 +118,8 @@ export class Broker {
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
   #address: BrokerAddress | undefined;
+  #reloadRejected: { at: Date; message: string } | undefined;
+  readonly startedAt = new Date();
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
     this.#opts = opts;
@@ -242,8 +244,7 @@ export class Broker {
   }
 
   #advertise(): void {
-    const active = [...this.#rt.providers.values()].filter((p) => p.active).map((p) => p.rule.id);
-    const state = {
+    writeBrokerRecord(this.home, {
       pid: process.pid,
       url: this.address.url,
       port: this.address.port,
@@ -252,16 +253,25 @@ export class Broker {
       ca: this.ca.certPath,
       bundle: this.bundlePath,
       rules: this.#rt.rules.origin,
-      activeProviders: active,
-      startedAt: new Date().toISOString(),
-    };
-    writeFileAtomic(join(this.home, "broker.json"), JSON.stringify(state, null, 2) + "\n");
+      startedAt: this.startedAt.toISOString(),
+    });
+  }
+
+  /** When the last reload was rejected, and why; cleared by a reload that succeeds. */
+  get reloadRejected(): { readonly at: Date; readonly message: string } | undefined {
+    return this.#reloadRejected;
+  }
+
+  /** Notes a rejected reload (the rule file did not load): `status` reports it. */
+  rejectReload(message: string): void {
+    this.#reloadRejected = { at: new Date(), message };
   }
 
   /** Swaps in a new rule set. On failure the old rules stay and the error is thrown. */
   async reload(rules: Rules): Promise<void> {
     const rt = await Broker.#buildRuntime(this.#opts, rules);
     const agent = this.#createAgent(rt); // reads upstream_ca: may fail, before anything changes
+    this.#reloadRejected = undefined;
     const old = this.#agent;
     this.#rt = rt;
     this.#agent = agent;
@@ -279,10 +289,8 @@ export class Broker {
     await this.#agent.destroy().catch(() => {});
     this.pools.flush();
     await this.#audit?.close();
-    if (this.#opts.advertise) {
-      const { rmSync } = await import("node:fs");
-      rmSync(join(this.home, "broker.json"), { force: true });
-    }
+    if (this.#opts.advertise && this.#address !== undefined)
+      removeBrokerRecord(this.home, this.#address.port);
   }
 
   #authenticate(header: string | undefined): ClientState {
@@ -338,13 +346,22 @@ export class Broker {
         return;
       }
       const where = `${target.host}:${target.port}`;
-      this.#audit?.record({
-        decision: "passthrough",
-        client: client.rule.name,
-        method: "CONNECT",
-        host: where,
-        reason: "tunnelled",
-      });
+      // Audited once the outcome is known: a tunnel that never opened is not "tunnelled". A
+      // refused private address is a block; an unreachable target passed through and failed.
+      const audit = (outcome?: BrokerError, refused = false) =>
+        this.#audit?.record({
+          decision: refused ? "blocked" : "passthrough",
+          client: client.rule.name,
+          method: "CONNECT",
+          host: where,
+          status: outcome === undefined ? 200 : outcome.status,
+          code: outcome?.code,
+          reason: outcome === undefined ? "tunnelled" : `not tunnelled: ${outcome.message}`,
+        });
+      const refuse = (err: BrokerError, refused = false) => {
+        audit(err, refused);
+        writeRawError(socket, err);
+      };
       const dest = target;
       const mapped = rt.rules.resolve.get(where);
       const allowed = mapped !== undefined || this.#allowsPrivate(rt, target.host, target.port);
@@ -353,27 +370,28 @@ export class Broker {
           { target: where, err: (e as NodeJS.ErrnoException).code },
           "tunnel target unreachable",
         );
-        writeRawError(socket, new BrokerError("upstream_unreachable", `could not reach ${where}`));
+        refuse(new BrokerError("upstream_unreachable", `could not reach ${where}`));
       };
+      const onTunnelled = () => audit();
       if (mapped !== undefined) {
-        tunnel(socket, head, mapped, onTunnelError);
+        tunnel(socket, head, mapped, onTunnelError, onTunnelled);
         return;
       }
       // Resolve once and connect to that address, so the check and the connection agree.
       lookup(dest.host, (err, address) => {
         if (err || (!allowed && isPrivateAddress(address))) {
           const refused = !err;
-          writeRawError(
-            socket,
+          refuse(
             new BrokerError(
               "upstream_unreachable",
               refused ? `${where} is a loopback/private address; refused` : `could not resolve ${dest.host}`,
               refused ? { hint: `list "${where}" under resolve: to allow it` } : {},
             ),
+            refused,
           );
           return;
         }
-        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError);
+        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError, onTunnelled);
       });
     } catch (err) {
       writeRawError(

@@ -26,9 +26,18 @@ export interface ProviderStatus {
 
 export interface StatusReport {
   readonly running: boolean;
+  /** The broker's version (this program's when none runs). */
+  readonly version: string;
   readonly url: string | undefined;
   readonly pid: number | undefined;
-  readonly ca: { readonly path: string; readonly fingerprint: string };
+  readonly startedAt?: string | undefined;
+  readonly uptimeSeconds?: number | undefined;
+  /** Set while the last reload was rejected: the broker runs the previous rules. */
+  readonly reload?: { readonly rejectedAt: string; readonly message: string } | undefined;
+  /** The home's path when it does not exist (status never creates it). */
+  readonly missingHome?: string | undefined;
+  /** The CA, or undefined when the home has none yet. */
+  readonly ca: { readonly path: string; readonly fingerprint: string } | undefined;
   readonly rules: string;
   readonly providers: readonly ProviderStatus[];
   /** The running broker's audit chains (absent when none runs). */
@@ -69,19 +78,58 @@ export function providerStatuses(
   return out;
 }
 
-export function formatStatus(report: StatusReport): string {
+/** "3d 4h", "2h 5m", "4m 10s", "12s". */
+export function formatUptime(seconds: number): string {
+  const units: [number, string][] = [
+    [86_400, "d"],
+    [3600, "h"],
+    [60, "m"],
+    [1, "s"],
+  ];
+  const parts: string[] = [];
+  let rest = Math.max(0, Math.floor(seconds));
+  for (const [size, unit] of units) {
+    const n = Math.floor(rest / size);
+    rest -= n * size;
+    if (n > 0 || (parts.length === 0 && size === 1)) parts.push(`${n}${unit}`);
+    if (parts.length === 2) break;
+  }
+  return parts.join(" ");
+}
+
+/** The lines about the broker itself, each a separate entry so more can be added. */
+function headerLines(report: StatusReport): string[] {
   const lines = [
     report.running
-      ? `keybroker running at ${report.url} (pid ${report.pid})`
+      ? `keybroker ${report.version} running at ${report.url} (pid ${report.pid})${
+          report.uptimeSeconds === undefined ? "" : `, up ${formatUptime(report.uptimeSeconds)}`
+        }`
       : "keybroker is not running (showing the saved state)",
-    `CA ${report.ca.path} ${report.ca.fingerprint}`,
+  ];
+  if (report.missingHome !== undefined) {
+    lines.push(`no keybroker home at ${report.missingHome} (keybroker init or keybroker start creates it)`);
+  }
+  if (report.reload !== undefined) {
+    lines.push(
+      `reload rejected at ${report.reload.rejectedAt}, running the previous rules: ${report.reload.message}`,
+    );
+  }
+  lines.push(
+    report.ca === undefined
+      ? "CA: none yet (keybroker init or keybroker start creates it)"
+      : `CA ${report.ca.path} ${report.ca.fingerprint}`,
     `rules: ${report.rules}`,
     ...(report.audit ?? []).map((a) =>
       a.writing
         ? `audit: ${a.file} writing${a.lost > 0 ? ` (${a.lost} event(s) lost, gap line pending)` : ""}`
         : `audit: ${a.file} NOT WRITING since ${a.failingSince}: ${a.error} (${a.lost} event(s) lost so far)`,
     ),
-  ];
+  );
+  return lines;
+}
+
+export function formatStatus(report: StatusReport): string {
+  const lines = headerLines(report);
   if (report.providers.length === 0) lines.push("no provider has a credential");
   for (const p of report.providers) {
     const where = [...p.hosts, ...(p.mount ? [p.mount] : [])].join(", ");

@@ -6,6 +6,7 @@ import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument }
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
 import { compileRules } from "./compile.js";
 import { crossCheck } from "./cross-check.js";
+import { ruleTextDigest } from "./digest.js";
 import { formatPath, type PathProblem, type Problem, RuleFileError } from "./errors.js";
 import { ruleFileErrorMap, ruleFileSchema, schemaProblems } from "./schema.js";
 import type { Rules } from "./types.js";
@@ -26,7 +27,7 @@ export function loadRules(path: string | undefined): Rules {
       cause: err,
     });
   }
-  return parseRules(text, absolute, dirname(absolute));
+  return { ...parseRules(text, absolute, dirname(absolute)), digest: ruleTextDigest(text) };
 }
 
 /**

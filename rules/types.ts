@@ -153,6 +153,8 @@ export interface SourcesConfig {
 export interface Rules {
   /** Where the rules came from: a file path, or `embedded default catalogue`. */
   readonly origin: string;
+  /** sha256 of the rule file's text as loaded (none for the embedded catalogue alone). */
+  readonly digest?: string;
   readonly listen: { readonly host: string; readonly port: number };
   readonly intercept: "providers" | "all";
   /** Absolute paths of extra PEM roots for upstream verification. */

@@ -3,26 +3,27 @@ import { PoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker } from "../context.js";
+import { brokerPort, createContext, findRunningBroker } from "../context.js";
 import { readRules } from "../read-rules.js";
-import { status } from "./status.js";
+import { EXIT_NOT_RUNNING, status } from "./status.js";
 
 export const auth: Command = {
   name: "auth",
   help: `Usage: keybroker auth add <provider>
        keybroker auth list [--json]
-       keybroker auth reset <provider> [--credential ID]
+       keybroker auth reset <provider> [--credential ID] [--port N]
 
   add      for an API-key provider, says where its key is read from (nothing is stored)
   list     each provider's credentials and their state (as keybroker status)
   reset    clears usage_limit_reached and invalid marks of a provider's credentials (or of
-           one, with --credential), in the running broker and on disk
+           one, with --credential), in the running broker and on disk; with several
+           brokers running for the home, --port N names the one
 
 ${COMMON_HELP}`,
   async run(argv) {
     const { values, positionals } = parse(
       argv,
-      { credential: { type: "string" }, json: { type: "boolean" } },
+      { credential: { type: "string" }, json: { type: "boolean" }, port: { type: "string" } },
       true,
     );
     const [action, provider, ...extra] = positionals;
@@ -30,7 +31,9 @@ ${COMMON_HELP}`,
     const ctx = createContext(values);
     if (action === "list") {
       const rest = argv.filter((a) => a !== "list");
-      return status.run(rest);
+      // A list is a list whether or not a broker runs: status's "not running" code is not an error.
+      const code = await status.run(rest);
+      return code === EXIT_NOT_RUNNING ? 0 : code;
     }
     if (action !== "add" && action !== "reset")
       throw new UsageError("expected: keybroker auth add|list|reset ...");
@@ -59,7 +62,10 @@ ${COMMON_HELP}`,
         `provider "${provider}" has no credential "${values.credential}"; its credentials: ${rule.credentials.join(", ")}`,
       );
     }
-    const running = await findRunningBroker(ctx.home);
+    const port = brokerPort(values.port);
+    const running = await findRunningBroker(ctx.home, port);
+    if (running === undefined && port !== undefined)
+      throw new UserError(`no keybroker of this home runs on port ${port}`);
     let cleared: string[];
     if (running !== undefined) {
       cleared = (

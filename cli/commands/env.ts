@@ -1,9 +1,10 @@
 import { writeTrustBundle } from "../../certs/bundle.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
-import { buildAgentVariables } from "../agent-setup.js";
+import { UserError } from "../../core/errors.js";
+import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, localRuntime } from "../context.js";
+import { brokerPort, createContext, findRunningBroker, localRuntime } from "../context.js";
 import { readRules } from "../read-rules.js";
 
 function shellQuote(value: string): string {
@@ -29,43 +30,49 @@ export function formatVariables(vars: Record<string, string>, format: string): s
 
 export const env: Command = {
   name: "env",
-  help: `Usage: keybroker env [--client NAME] [--format sh|dotenv|json] [--config FILE] [--home DIR]
+  help: `Usage: keybroker env [--client NAME] [--format sh|dotenv|json] [--port N] [--config FILE] [--home DIR]
 
 Prints HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, the CA bundle variables
 (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO,
 DENO_CERT), NODE_USE_ENV_PROXY=1 and a placeholder for each active provider. It needs no real
 secret: placeholders derive from the home's key, so it runs in the agent's own shell.
-Providers are those the running broker reports active; with no broker running, those whose
-credentials resolve here, plus every provider the rule file names.
+Providers: every provider the rule file names (even while its credential cannot be resolved),
+and every catalogue provider whose credential resolves. With a broker running, its rules
+decide (it reports them), wherever this runs; a rule file found here that differs from the
+broker's is named in a warning. With no broker, the rule file here decides.
 
   --client NAME    the client (default: default)
   --format F       sh (default: export lines for eval), dotenv, or json
+  --port N         the broker on this port, when several run for the home
 
 Example: eval "$(keybroker env)"
 
 ${COMMON_HELP}`,
   async run(argv) {
-    const { values } = parse(argv, { client: { type: "string" }, format: { type: "string" } });
+    const { values } = parse(argv, {
+      client: { type: "string" },
+      format: { type: "string" },
+      port: { type: "string" },
+    });
     const format = values.format ?? "sh";
     formatVariables({}, format);
+    const port = brokerPort(values.port);
     const ctx = createContext(values);
-    const { rules } = readRules(ctx, values.config);
+    const { path, rules } = readRules(ctx, values.config);
     const client = values.client ?? "default";
-    let target = await findRunningBroker(ctx.home);
-    if (target === undefined) {
+    const running = await findRunningBroker(ctx.home, port);
+    let vars: Record<string, string>;
+    if (running !== undefined) {
+      const view = await brokerAgentView(ctx, running, client, path);
+      vars = await buildAgentVariables(ctx, rules, view, running);
+    } else {
+      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
       const ca = loadOrCreateCa(ctx.home);
-      const rt = await localRuntime(ctx, rules);
-      const active = [...rt.providers.values()].filter((p) => p.intercepted).map((p) => p.rule.id);
+      const view = localAgentView(await localRuntime(ctx, rules), client);
       const url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
-      target = {
-        url,
-        port: rules.listen.port,
-        pid: 0,
-        activeProviders: active,
-        bundle: writeTrustBundle(ca, ctx.home),
-      };
+      vars = await buildAgentVariables(ctx, rules, view, { url, bundle: writeTrustBundle(ca, ctx.home) });
     }
-    ctx.out(formatVariables(await buildAgentVariables(ctx, rules, client, target), format));
+    ctx.out(formatVariables(vars, format));
     return 0;
   },
 };

@@ -1,40 +1,57 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
+import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
+import type { AgentView } from "../../proxy/agent-view.js";
 import { Broker } from "../../proxy/server.js";
-import { secretVariableNames } from "../agent-env.js";
-import { buildAgentVariables } from "../agent-setup.js";
+import { secretVariableNames } from "../../rules/secret-variables.js";
+import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { createContext, findRunningBroker, readRulesIsolated } from "../context.js";
+import { brokerPort, createContext, findRunningBroker, localRuntime, readRulesIsolated } from "../context.js";
+import { resolvedSecrets, stripSecrets } from "../strip-secrets.js";
 
 export const run: Command = {
   name: "run",
-  help: `Usage: keybroker run [--client NAME] [--config FILE] [--home DIR] -- COMMAND [ARGS...]
+  help: `Usage: keybroker run [--client NAME] [--port N] [--config FILE] [--home DIR] -- COMMAND [ARGS...]
 
 Runs COMMAND with the proxy variables, the CA bundle variables and a placeholder for each
-active provider set, and with every variable that holds a real secret removed from its
-environment. Uses the broker recorded in the home when it is running; otherwise starts one
-for the command's lifetime on a free port. Exits with the command's exit code.
+active provider set (as keybroker env prints them). Every variable a real secret is read from
+is removed from its environment, and so is any other variable whose value contains a real
+secret keybroker resolved (plain, base64, URL-encoded or JSON-escaped, whatever its name):
+those are named on stderr. Uses the broker running for the home, and its rules, when there is
+one; otherwise starts one for the command's lifetime on a free port. Exits with the command's
+exit code.
 
   --client NAME    the client to run as (default: default)
+  --port N         the broker on this port, when several run for the home
 
 ${COMMON_HELP}`,
   async run(argv) {
     const dash = argv.indexOf("--");
     const own = dash === -1 ? argv : argv.slice(0, dash);
     const command = dash === -1 ? [] : argv.slice(dash + 1);
-    const { values } = parse(own, { client: { type: "string" } });
+    const { values } = parse(own, { client: { type: "string" }, port: { type: "string" } });
     if (command.length === 0) throw new UsageError("no command given: keybroker run -- COMMAND [ARGS...]");
+    const port = brokerPort(values.port);
     const ctx = createContext(values);
     // Checked in a worker: this process may serve as the broker for as long as the agent runs.
-    const { rules } = await readRulesIsolated(ctx, values.config);
+    const { path, rules } = await readRulesIsolated(ctx, values.config);
     const client = values.client ?? "default";
 
     let broker: Broker | undefined;
-    let target = await findRunningBroker(ctx.home);
-    if (target === undefined) {
+    let vars: Record<string, string>;
+    let view: AgentView;
+    let secrets: string[];
+    const running = await findRunningBroker(ctx.home, port);
+    if (running !== undefined) {
+      view = await brokerAgentView(ctx, running, client, path);
+      vars = await buildAgentVariables(ctx, rules, view, running);
+      // What this environment would give the broker: resolved here, to be kept from the command.
+      secrets = resolvedSecrets(await localRuntime(ctx, rules));
+    } else {
+      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
       tuneV8();
       broker = await Broker.create({
         home: ctx.home,
@@ -42,19 +59,24 @@ ${COMMON_HELP}`,
         log: createLogger(ctx.env.KEYBROKER_LOG_LEVEL ?? "warn"),
         port: 0,
       });
-      const address = await broker.listen();
-      const active = [...broker.runtime.providers.values()].filter((p) => p.active).map((p) => p.rule.id);
-      target = {
-        url: address.url,
-        port: address.port,
-        pid: process.pid,
-        activeProviders: active,
-        bundle: broker.bundlePath,
-      };
+      try {
+        const address = await broker.listen();
+        view = localAgentView(broker.runtime, client);
+        vars = await buildAgentVariables(ctx, rules, view, { url: address.url, bundle: broker.bundlePath });
+      } catch (err) {
+        // An unknown client or a token with no value: the broker must not keep this process up.
+        await broker.close();
+        throw err;
+      }
+      secrets = resolvedSecrets(broker.runtime);
     }
-    const vars = await buildAgentVariables(ctx, rules, client, target);
     const env: NodeJS.ProcessEnv = { ...ctx.env };
-    for (const name of secretVariableNames(rules)) delete env[name];
+    const copies = stripSecrets(env, [...view.secretVariables, ...secretVariableNames(rules)], secrets);
+    if (copies.length > 0) {
+      ctx.err(
+        `keybroker run: removed from the command's environment, as they hold a real secret: ${copies.join(", ")}`,
+      );
+    }
     Object.assign(env, vars);
 
     const child = spawn(command[0]!, command.slice(1), { stdio: "inherit", env });

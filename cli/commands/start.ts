@@ -1,5 +1,6 @@
 import { watch } from "node:fs";
 import { basename, dirname } from "node:path";
+import { brokerRecordOnPort } from "../../core/broker-records.js";
 import { UserError } from "../../core/errors.js";
 import { settleHeap, tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
@@ -9,6 +10,10 @@ import { describeAttempts } from "../../secrets/resolver.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext, readRulesIsolated } from "../context.js";
+
+function alreadyRunning(where: string, pid: number): string {
+  return `a keybroker of this home (pid ${pid}) already listens on ${where}: stop it, or pick another --port`;
+}
 
 export const start: Command = {
   name: "start",
@@ -37,16 +42,23 @@ ${COMMON_HELP}`,
     }
     const ctx = createContext(values);
     const { path, rules } = await readRulesIsolated(ctx, values.config);
+    const wanted = port ?? rules.listen.port;
+    const where = `${rules.listen.host}:${wanted}`;
+    // One broker per port and home: its record would be overwritten, and the CLI could not tell.
+    const first = wanted === 0 ? undefined : brokerRecordOnPort(ctx.home, wanted);
+    if (first !== undefined) throw new UserError(alreadyRunning(where, first.pid));
     tuneV8();
     const broker = await Broker.create({ home: ctx.home, rules, log: ctx.log, port, advertise: true });
     try {
       await broker.listen();
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      const where = `${rules.listen.host}:${port ?? rules.listen.port}`;
       if (code === "EADDRINUSE") {
+        const other = brokerRecordOnPort(ctx.home, wanted);
         throw new UserError(
-          `${where} is already in use: is another keybroker running (keybroker status)? Or pick --port`,
+          other !== undefined
+            ? alreadyRunning(where, other.pid)
+            : `${where} is already in use: is another keybroker running (keybroker status)? Or pick --port`,
         );
       }
       throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
@@ -79,6 +91,7 @@ ${COMMON_HELP}`,
           ctx.log.info({ rules: path ?? "embedded default catalogue", why }, "rules reloaded");
         } catch (err) {
           const message = err instanceof RuleFileError ? err.message : (err as Error).message;
+          broker.rejectReload(message);
           ctx.log.error({ why }, `reload rejected, the previous rules stay: ${message}`);
         }
       });

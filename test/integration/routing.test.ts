@@ -1,7 +1,7 @@
 // Which traffic is intercepted, tunnelled, refused or reverse-proxied, and how rules reload.
 import { once } from "node:events";
 import { readFileSync, writeFileSync } from "node:fs";
-import { connect as netConnect } from "node:net";
+import { type AddressInfo, createServer, connect as netConnect } from "node:net";
 import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, request } from "undici";
@@ -80,6 +80,50 @@ describe("routing", () => {
       expect(answer, target).toMatch(/^HTTP\/1.1 502/);
       expect(answer, target).toContain("loopback/private");
     }
+  });
+
+  it("audits a CONNECT that could not be tunnelled as what happened, not as tunnelled", async () => {
+    // A port nothing listens on: taken, then released.
+    const spare = createServer();
+    await new Promise<void>((r) => spare.listen(0, "127.0.0.1", r));
+    const deadPort = (spare.address() as AddressInfo).port;
+    await new Promise((r) => spare.close(r));
+    const f = await fixture({
+      rules: (u) =>
+        rulesFor(u).replace("resolve:\n", `resolve:\n  "dead.test:443": "127.0.0.1:${deadPort}"\n`),
+    });
+    const connectTo = async (target: string) => {
+      const socket = netConnect(f.broker.port, "127.0.0.1");
+      await once(socket, "connect");
+      socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+      const [head] = (await once(socket, "data")) as [Buffer];
+      socket.destroy();
+      return head.toString();
+    };
+    expect(await connectTo("dead.test:443")).toMatch(/^HTTP\/1.1 502/);
+    expect(await connectTo(`127.0.0.1:${deadPort}`)).toMatch(/^HTTP\/1.1 502/);
+    expect(await connectTo("tunnel.test:443")).toMatch(/^HTTP\/1.1 200/);
+    await f.broker.stop();
+    const lines = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l.method === "CONNECT");
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatchObject({
+      decision: "passthrough",
+      host: "dead.test:443",
+      status: 502,
+      code: "upstream_unreachable",
+    });
+    expect(lines[0]!.reason).not.toBe("tunnelled");
+    expect(lines[1]).toMatchObject({ decision: "blocked", status: 502, code: "upstream_unreachable" });
+    expect(lines[2]).toMatchObject({
+      decision: "passthrough",
+      host: "tunnel.test:443",
+      status: 200,
+      reason: "tunnelled",
+    });
   });
 
   it("with intercept: all, blocks a placeholder bound for a host without a rule; that host receives nothing", async () => {
