@@ -16,6 +16,7 @@ import type {
   ProviderRule,
   Rules,
   SourcesConfig,
+  Timeouts,
 } from "./types.js";
 import { parseByteSize, parseDuration } from "./units.js";
 
@@ -82,6 +83,26 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
       require: file.audit?.require ?? false,
     },
     scrubResponses: file.scrub?.responses ?? true,
+    timeouts: compileTimeouts(file.timeouts ?? undefined),
+    limits: file.limits?.connections === undefined ? {} : { connections: file.limits.connections },
+  };
+}
+
+export const DEFAULT_TIMEOUTS: Timeouts = {
+  handshakeMs: 10_000,
+  headersMs: 30_000,
+  keepAliveMs: 60_000,
+  upstreamMs: 30 * 60_000,
+};
+
+function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
+  const ms = (value: string | number | undefined, fallback: number) =>
+    (value === undefined ? undefined : parseDuration(value)) ?? fallback;
+  return {
+    handshakeMs: ms(t?.handshake, DEFAULT_TIMEOUTS.handshakeMs),
+    headersMs: ms(t?.headers, DEFAULT_TIMEOUTS.headersMs),
+    keepAliveMs: ms(t?.keep_alive, DEFAULT_TIMEOUTS.keepAliveMs),
+    upstreamMs: ms(t?.upstream, DEFAULT_TIMEOUTS.upstreamMs),
   };
 }
 
@@ -210,6 +231,7 @@ function compileProvider(
           },
         }),
     allowPrivateUpstream: input.allow_private_upstream ?? false,
+    ...durationField("timeoutMs", input.timeout),
     fromCatalogue,
   };
 }

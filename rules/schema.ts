@@ -397,6 +397,8 @@ export const providerSchema = strict({
   auth: authSchema.optional(),
   oauth: oauthSchema.optional(),
   allow_private_upstream: z.boolean(expect("true or false")).optional(),
+  /** How long the upstream may be silent (before its response headers, between body chunks). */
+  timeout: positiveDuration.optional(),
 });
 
 const infisicalSchema = strict({
@@ -511,6 +513,17 @@ export const ruleFileSchema = strict({
   scrub: strict({
     /** Scrub echoes of the credential from responses (default true; off only for benchmarks). */
     responses: z.boolean(expect("true or false")).optional(),
+  }).nullish(),
+  /** How long each stage of a client connection, and the upstream, may take (SPEC §3.8). */
+  timeouts: strict({
+    handshake: positiveDuration.optional(),
+    headers: positiveDuration.optional(),
+    keep_alive: positiveDuration.optional(),
+    upstream: positiveDuration.optional(),
+  }).nullish(),
+  limits: strict({
+    /** Open client connections; beyond it new ones are refused (default: from the fd limit). */
+    connections: z.number(expect("a whole number")).int("must be a whole number").min(1).optional(),
   }).nullish(),
 });
 

@@ -102,6 +102,8 @@ export interface ProviderRule {
   readonly oauth?: OAuthSpec;
   /** The provider may reach upstream addresses in loopback/private ranges. */
   readonly allowPrivateUpstream: boolean;
+  /** Upstream silence allowed for this provider; unset = `timeouts.upstream`. */
+  readonly timeoutMs?: number;
   /** True when the provider came from the embedded catalogue rather than the rule file. */
   readonly fromCatalogue: boolean;
 }
@@ -179,4 +181,21 @@ export interface Rules {
   };
   /** Scrub echoes of credentials from responses (on unless a benchmark turns it off). */
   readonly scrubResponses: boolean;
+  readonly timeouts: Timeouts;
+  readonly limits: {
+    /** Open client connections at most; unset = derived from the process's fd limit. */
+    readonly connections?: number;
+  };
+}
+
+/** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */
+export interface Timeouts {
+  /** From the CONNECT's 200 to the end of the client's TLS handshake. */
+  readonly handshakeMs: number;
+  /** Until a request's headers are complete (from the connection, or the request's first byte). */
+  readonly headersMs: number;
+  /** An idle keep-alive connection between requests. */
+  readonly keepAliveMs: number;
+  /** Upstream silence: before its response headers, and between body chunks. */
+  readonly upstreamMs: number;
 }
