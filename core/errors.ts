@@ -2,6 +2,7 @@
 
 export const ERROR_STATUS = {
   bad_request: 400,
+  request_timeout: 408,
   payload_too_large: 413,
   host_mismatch: 421,
   client_unauthorized: 407,

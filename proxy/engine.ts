@@ -24,9 +24,18 @@ export function connectInfo(socket: unknown): ConnectInfo | undefined {
 
 export const CONNECT_OK = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
+const SECURE = Symbol("keybroker.secure");
+
+/** False for an intercepted connection whose TLS handshake has not finished: nothing can be answered on it. */
+export function handshakeDone(socket: unknown): boolean {
+  return !(socket instanceof TLSSocket) || (socket as unknown as { [SECURE]?: boolean })[SECURE] === true;
+}
+
 /**
  * Answers the CONNECT, terminates the client's TLS with a leaf for `info.host`, and hands the
- * decrypted connection to `inner` as if it had accepted it.
+ * decrypted connection to `inner` as if it had accepted it. A client that has not finished the
+ * handshake within `handshakeMs` (no ClientHello, a stalled handshake) is cut off; `inner`'s
+ * own timeouts apply as well (headers, idle keep-alive).
  */
 export function intercept(
   socket: Socket,
@@ -34,6 +43,7 @@ export function intercept(
   info: ConnectInfo,
   minter: LeafMinter,
   inner: HttpServer,
+  handshakeMs: number,
 ): TLSSocket {
   socket.write(CONNECT_OK);
   let transport: Socket | Duplex = socket;
@@ -48,7 +58,18 @@ export function intercept(
     ALPNProtocols: ["http/1.1"],
   });
   (tls as unknown as { [INFO]: ConnectInfo })[INFO] = info;
+  const timer = setTimeout(() => tls.destroy(), handshakeMs);
   tls.on("error", () => tls.destroy());
+  tls.once("secure", () => {
+    clearTimeout(timer);
+    (tls as unknown as { [SECURE]: boolean })[SECURE] = true;
+  });
+  tls.once("close", () => {
+    clearTimeout(timer);
+    socket.destroy();
+  });
+  // Handed over at once: the HTTP server's reading is what notices a client that goes away
+  // during the handshake. Its headers timeout runs from here too.
   inner.emit("connection", tls);
   return tls;
 }

@@ -54,3 +54,8 @@ export function originOf(x: Exchange): string {
   const host = x.host.includes(":") ? `[${x.host}]` : x.host;
   return `${x.scheme}://${host}${x.port === defaultPort ? "" : `:${x.port}`}`;
 }
+
+/** How long the upstream may be silent for this exchange: its provider's `timeout`, else `timeouts.upstream`. */
+export function upstreamTimeoutMs(x: Exchange): number {
+  return x.provider?.rule.timeoutMs ?? x.rt.rules.timeouts.upstreamMs;
+}

@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Agent, Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { noteStreamed } from "../core/v8-tuning.js";
-import { type Exchange, originOf } from "./exchange.js";
+import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
 import { PrivateAddressError } from "./upstream.js";
 
@@ -54,7 +54,7 @@ export function upstreamError(err: unknown, x: Exchange): BrokerError {
     return new BrokerError(
       "upstream_timeout",
       `${where} did not answer in time (${code})`,
-      opts("try again later"),
+      opts("try again later; the provider's timeout (or timeouts.upstream) sets how long keybroker waits"),
     );
   }
   return new BrokerError(
@@ -221,6 +221,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
         fail(err);
       },
     };
+    const timeout = upstreamTimeoutMs(x);
     try {
       agent.dispatch(
         {
@@ -229,6 +230,8 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
           method: (req.method ?? "GET") as Dispatcher.HttpMethod,
           headers: x.headers,
           body,
+          headersTimeout: timeout,
+          bodyTimeout: timeout,
         },
         handler,
       );

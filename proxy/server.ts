@@ -24,11 +24,14 @@ import { mayMark } from "../secrets/quota.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
+import { answerClientErrors, writeRawError } from "./client-errors.js";
+import { applyConnectionRules, logRefusals, serverOptions, trackConnections } from "./connection-limits.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
 import type { ForwardResult } from "./forward.js";
 import { forwardableRequestHeaders, setHeader } from "./headers.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
+import { assertHostHeader, interceptedPath } from "./request-target.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
@@ -78,15 +81,6 @@ function sendError(res: ServerResponse, err: BrokerError): void {
   if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
   res.writeHead(out.status, out.headers);
   res.end(out.body);
-}
-
-function writeRawError(socket: Socket, err: BrokerError): void {
-  const out = errorResponse(err);
-  if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
-  const head = Object.entries({ ...out.headers, connection: "close" })
-    .map(([k, v]) => `${k}: ${v}\r\n`)
-    .join("");
-  socket.end(`HTTP/1.1 ${out.status} ${err.code}\r\n${head}\r\n${out.body}`);
 }
 
 function proxyCredentials(header: string | undefined): { user?: string; password?: string } {
@@ -150,17 +144,17 @@ export class Broker {
         })
       : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
-    const serverOptions = { headersTimeout: 60_000, requestTimeout: 0, keepAliveTimeout: 60_000 };
-    this.#outer = createServer(serverOptions, (req, res) => this.#onOuterRequest(req, res));
-    this.#inner = createServer(serverOptions, (req, res) => this.#onInterceptedRequest(req, res));
+    const options = serverOptions(rt.rules);
+    this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
+    this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
+    applyConnectionRules(this.#outer, this.#inner, rt.rules);
+    trackConnections(this.#inner);
+    logRefusals(this.#outer, opts.log, () => this.#outer.maxConnections);
     this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onConnect(req, socket, head),
     );
-    for (const server of [this.#outer, this.#inner]) {
-      server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
-        this.#onClientError(err, socket),
-      );
-    }
+    answerClientErrors(this.#outer);
+    answerClientErrors(this.#inner, { connectInside: true });
     this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onUpgrade(req, socket, head, true),
     );
@@ -206,6 +200,7 @@ export class Broker {
   #createAgent(rt: Runtime): Agent {
     return createUpstreamAgent({
       upstreamCa: rt.rules.upstreamCa,
+      timeoutMs: rt.rules.timeouts.upstreamMs,
       policy: {
         resolve: (host, port) => rt.rules.resolve.get(`${host}:${port}`),
         allowsPrivate: (host, port) => this.#allowsPrivate(rt, host, port),
@@ -276,6 +271,7 @@ export class Broker {
     this.#rt = rt;
     this.#agent = agent;
     this.#setUpAuth(rt);
+    applyConnectionRules(this.#outer, this.#inner, rt.rules);
     this.#audit?.record({ decision: "reload", reason: rt.rules.origin });
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
     old.close().catch(() => {});
@@ -283,6 +279,7 @@ export class Broker {
 
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
+    this.#inner.close();
     this.#outer.closeAllConnections();
     for (const socket of this.#sockets) socket.destroy();
     await closed;
@@ -308,41 +305,29 @@ export class Broker {
     return client;
   }
 
-  #onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
-    if (!socket.writable) {
-      socket.destroy();
-      return;
-    }
-    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
-    const error = new BrokerError(
-      "bad_request",
-      tooLarge
-        ? "the request headers are too large"
-        : `malformed HTTP request (${err.code ?? "parse error"})`,
-    );
-    const out = errorResponse(error);
-    const status = tooLarge ? 431 : out.status;
-    const head = Object.entries({ ...out.headers, connection: "close" })
-      .map(([k, v]) => `${k}: ${v}\r\n`)
-      .join("");
-    socket.end(
-      `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n${head}\r\n${out.body}`,
-    );
-  }
-
   #onConnect(req: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on("error", () => socket.destroy());
     let target: { host: string; port: number } | undefined;
     try {
       target = parseHostHeader(req.url ?? "", 443);
       if (target === undefined || !/:\d+$/.test(req.url ?? "")) {
-        throw new BrokerError("bad_request", `CONNECT needs a host:port target, got "${req.url}"`);
+        throw new BrokerError(
+          "bad_request",
+          `CONNECT needs a host:port target with a port from 1 to 65535, got "${(req.url ?? "").slice(0, 200)}"`,
+        );
       }
       const client = this.#authenticate(req.headers["proxy-authorization"]);
       const rt = this.#rt;
       const provider = rt.providerForHost(target.host, target.port);
       if (provider !== undefined || rt.rules.intercept === "all") {
-        intercept(socket, head, { ...target, client: client.rule.name }, this.#minter, this.#inner);
+        intercept(
+          socket,
+          head,
+          { ...target, client: client.rule.name },
+          this.#minter,
+          this.#inner,
+          rt.rules.timeouts.handshakeMs,
+        );
         return;
       }
       const where = `${target.host}:${target.port}`;
@@ -408,7 +393,7 @@ export class Broker {
     if (info === undefined || client === undefined) {
       throw new BrokerError("client_unauthorized", "the client of this connection is no longer configured");
     }
-    const url = req.url ?? "/";
+    assertHostHeader(req);
     const sni = (req.socket as { servername?: string | false }).servername;
     return {
       mode: "intercept",
@@ -416,13 +401,14 @@ export class Broker {
       host: info.host,
       port: info.port,
       scheme: "https",
-      path: url.startsWith("/") ? url : "/",
+      path: interceptedPath(req.url ?? "/", info.host, info.port),
       sni: sni || undefined,
     };
   }
 
   /** Where a request to the listener itself goes: a reverse mount, or a plain-HTTP proxy target. */
   #outerTarget(req: IncomingMessage): Target {
+    assertHostHeader(req);
     const url = req.url ?? "/";
     if (url.startsWith("/")) {
       const mounted = this.#rt.providerForMount(url.split("?")[0]!);

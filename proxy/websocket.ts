@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Socket } from "node:net";
 import { type Duplex, Transform } from "node:stream";
 import type { Agent, Dispatcher } from "undici";
-import { type Exchange, originOf } from "./exchange.js";
+import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type HeldResponse, HOLD_LIMIT, upstreamError } from "./forward.js";
 import { removeHeader } from "./headers.js";
 import { type BodySink, startResponse } from "./response-body.js";
@@ -98,6 +98,7 @@ export async function forwardUpgrade(
           method: (x.req.method ?? "GET") as Dispatcher.HttpMethod,
           headers: x.headers,
           upgrade: protocol,
+          headersTimeout: upstreamTimeoutMs(x),
         },
         handler,
       );

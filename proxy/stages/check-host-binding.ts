@@ -10,8 +10,10 @@ export function parseHostHeader(
 ): { host: string; port: number } | undefined {
   const m = /^(\[[^\]]+\]|[^:]+)(?::(\d{1,5}))?$/.exec(value.trim());
   if (!m) return undefined;
+  const port = m[2] === undefined ? defaultPort : Number(m[2]);
+  if (port < 1 || port > 65535) return undefined;
   try {
-    return { host: normalizeHost(m[1]!), port: m[2] === undefined ? defaultPort : Number(m[2]) };
+    return { host: normalizeHost(m[1]!), port };
   } catch {
     return undefined;
   }

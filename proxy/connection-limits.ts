@@ -1,0 +1,97 @@
+// How long each stage of a client connection may take and how many may be open (SPEC §3.8),
+// applied to the listener and to the internal server that reads intercepted connections.
+// The TLS handshake's own timeout is in engine.ts, where the handshake happens.
+import { readFileSync } from "node:fs";
+import type { Server } from "node:http";
+import type { Logger } from "../core/log.js";
+import type { Rules } from "../rules/types.js";
+
+/** The cap when nothing else says: well under any fd limit a broker is likely to run with. */
+export const MAX_DEFAULT_CONNECTIONS = 4096;
+/** File descriptors kept for everything else: the audit log, state files, child processes. */
+const RESERVED_FDS = 128;
+
+/** The soft limit on open files of this process, from /proc (Linux); undefined elsewhere. */
+export function softFileLimit(limits = "/proc/self/limits"): number | undefined {
+  try {
+    const line = readFileSync(limits, "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
+    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
+    return soft === undefined || soft === "unlimited" ? undefined : Number(soft) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * `limits.connections` when the rule file does not set it. A client connection can cost two
+ * descriptors (a tunnel's upstream socket, an upstream connection of its own), so the cap is at
+ * most half of what the fd limit leaves after a reserve, and never above 4096.
+ */
+export function defaultConnectionLimit(fileLimit = softFileLimit()): number {
+  if (fileLimit === undefined) return MAX_DEFAULT_CONNECTIONS;
+  return Math.max(16, Math.min(MAX_DEFAULT_CONNECTIONS, Math.floor((fileLimit - RESERVED_FDS) / 2)));
+}
+
+export function connectionLimit(rules: Rules): number {
+  return rules.limits.connections ?? defaultConnectionLimit();
+}
+
+/**
+ * How often node looks for connections whose headers are late: its default (30 s) would let a
+ * 1 s headers timeout run for 31 s. A quarter of the timeout, between 50 ms and 1 s; the check
+ * walks only the connections that are reading headers.
+ */
+export function checkingIntervalMs(headersMs: number): number {
+  return Math.min(1000, Math.max(50, Math.floor(headersMs / 4)));
+}
+
+/** Options for `http.createServer` that must be given at creation. */
+export function serverOptions(rules: Rules) {
+  return {
+    headersTimeout: rules.timeouts.headersMs,
+    keepAliveTimeout: rules.timeouts.keepAliveMs,
+    // A request's body and its response may stream for as long as the upstream keeps talking.
+    requestTimeout: 0,
+    connectionsCheckingInterval: checkingIntervalMs(rules.timeouts.headersMs),
+    // A request without Host gets the broker's own 400 (SPEC §11), not node's bare one.
+    requireHostHeader: false,
+  };
+}
+
+/** Applies the timeouts and the cap of (reloaded) rules to the running servers. */
+export function applyConnectionRules(outer: Server, inner: Server, rules: Rules): void {
+  for (const server of [outer, inner]) {
+    server.headersTimeout = rules.timeouts.headersMs;
+    server.keepAliveTimeout = rules.timeouts.keepAliveMs;
+  }
+  // Counted by node on the listener's sockets, which intercepted connections and tunnels keep
+  // open beneath them; beyond it node closes a new connection as soon as it is accepted.
+  outer.maxConnections = connectionLimit(rules);
+}
+
+/**
+ * Node enforces `headersTimeout` only on servers that listen: tracking starts on 'listening'.
+ * The internal server never listens (connections are handed to it), so it is started here.
+ */
+export function trackConnections(inner: Server): void {
+  inner.emit("listening");
+}
+
+/** Logs refused connections: once when refusing starts, then at most every 10 s with a count. */
+export function logRefusals(outer: Server, log: Logger, limit: () => number): void {
+  let refused = 0;
+  let lastLog = 0;
+  outer.on("drop", () => {
+    refused++;
+    const now = Date.now();
+    if (now - lastLog < 10_000) return;
+    lastLog = now;
+    log.warn(
+      { refused, limit: limit() },
+      "refusing new connections: limits.connections are open; existing ones are still served",
+    );
+    refused = 0;
+  });
+}

@@ -1,0 +1,250 @@
+// SPEC §3.8: every stage of a client connection has a timeout, in tunnels as on the listener;
+// open connections are capped; a flood of idle connections does not stop a well-behaved client.
+// The timeouts are set small in the rule file; close times are checked against generous bounds.
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
+import type { Socket } from "node:net";
+import { ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Fixture, startFixture } from "../helpers/fixture.js";
+import {
+  brokerError,
+  connectThrough,
+  openSocket,
+  openTunnel,
+  parseAnswer,
+  untilClosed,
+} from "../helpers/raw.js";
+
+// The handshake's timeout is the shortest, so a close before the headers timeout is its doing.
+const HANDSHAKE_MS = 300;
+const HEADERS_MS = 1200;
+const KEEP_ALIVE_MS = 400;
+/** The longest a close may take past its timeout on a loaded machine. */
+const SLACK_MS = 4000;
+const SLOW_KEY = "sk-real-slowapi-0c9e8a7b6d5f4e3d2c1b0a99";
+
+/** Writes one byte of `text` every `everyMs` until the socket closes. */
+function trickle(socket: { write(s: string): boolean; destroyed: boolean }, text: string, everyMs = 100) {
+  let i = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || i >= text.length) clearInterval(timer);
+    else socket.write(text[i++]!);
+  }, everyMs);
+}
+
+function expectClosedAfter(afterMs: number, timeoutMs: number, slackMs = SLACK_MS): void {
+  // The timeout runs from a moment a little before the test's own clock started.
+  expect(afterMs).toBeGreaterThanOrEqual(timeoutMs - 100);
+  expect(afterMs).toBeLessThan(timeoutMs + slackMs);
+}
+
+describe("timeouts at every stage", () => {
+  let f: Fixture;
+
+  beforeAll(async () => {
+    f = await startFixture({
+      env: { SLOW_API_KEY: SLOW_KEY },
+      extraRules: `  slow:
+    hosts: [tunnel.test]
+    credentials: [SLOW_API_KEY]
+    placeholder: { value: "slow-placeholder-123" }
+    timeout: 700ms
+timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: ${KEEP_ALIVE_MS}ms, upstream: 20s }
+`,
+    });
+  });
+
+  afterAll(async () => {
+    await f?.close();
+    expect(f.leaks()).toEqual([]);
+  });
+
+  it("listener: headers trickled a byte at a time get 408 at timeouts.headers", async () => {
+    const socket = await openSocket(f.broker.port);
+    const closed = untilClosed(socket);
+    trickle(
+      socket,
+      "GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaa",
+    );
+    const { text, afterMs } = await closed;
+    expectClosedAfter(afterMs, HEADERS_MS);
+    expect(brokerError(text)).toMatchObject({ status: 408, code: "request_timeout" });
+  });
+
+  it("listener: a connection that sends nothing is closed at timeouts.headers", async () => {
+    const socket = await openSocket(f.broker.port);
+    expectClosedAfter((await untilClosed(socket)).afterMs, HEADERS_MS);
+  });
+
+  it("listener: an idle keep-alive connection is closed at timeouts.keep_alive", async () => {
+    const socket = await openSocket(f.broker.port);
+    socket.write("GET /__keybroker/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    const [first] = (await once(socket, "data")) as [Buffer];
+    const answered = performance.now();
+    expect(parseAnswer(first.toString()).status).toBe(200);
+    expectClosedAfter((await untilClosed(socket, answered)).afterMs, KEEP_ALIVE_MS);
+  });
+
+  it("tunnel: a CONNECT that never sends a ClientHello is closed at timeouts.handshake", async () => {
+    const socket = await connectThrough(f.broker.port, "api.openai.com:443");
+    const { text, afterMs } = await untilClosed(socket);
+    expect(text).toBe("");
+    expectClosedAfter(afterMs, HANDSHAKE_MS, HEADERS_MS - HANDSHAKE_MS - 100);
+  });
+
+  it("tunnel: a handshake that stalls halfway is closed at timeouts.handshake", async () => {
+    const socket = await connectThrough(f.broker.port, "api.openai.com:443");
+    const closed = untilClosed(socket);
+    // The first bytes of a TLS record carrying a ClientHello, and then nothing.
+    socket.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]));
+    expectClosedAfter((await closed).afterMs, HANDSHAKE_MS, HEADERS_MS - HANDSHAKE_MS - 100);
+  });
+
+  it("tunnel: a connection that sends no request is closed at timeouts.headers", async () => {
+    const tls = await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath);
+    const { text, afterMs } = await untilClosed(tls);
+    expectClosedAfter(afterMs, HEADERS_MS);
+    expect(brokerError(text)).toMatchObject({ status: 408, code: "request_timeout" });
+  });
+
+  it("tunnel: headers trickled a byte at a time get 408 at timeouts.headers", async () => {
+    const tls = await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath);
+    const closed = untilClosed(tls);
+    trickle(
+      tls,
+      "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    );
+    const { text, afterMs } = await closed;
+    expectClosedAfter(afterMs, HEADERS_MS);
+    expect(brokerError(text)).toMatchObject({ status: 408, code: "request_timeout" });
+  });
+
+  it("tunnel: an idle keep-alive connection is closed at timeouts.keep_alive", async () => {
+    const tls = await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath);
+    tls.write("GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n");
+    const [first] = (await once(tls, "data")) as [Buffer];
+    const answered = performance.now();
+    expect(parseAnswer(first.toString()).status).toBe(200);
+    expectClosedAfter((await untilClosed(tls, answered)).afterMs, KEEP_ALIVE_MS);
+  });
+
+  it("a provider's timeout answers 504 upstream_timeout; timeouts.upstream applies to the others", async () => {
+    f.upstream.routes.set("GET /v1/late", async (_req, res) => {
+      await new Promise((r) => setTimeout(r, 1500));
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end('{"late":true}');
+    });
+    const agent = f.proxyAgent();
+    try {
+      const started = performance.now();
+      const slow = await request("https://tunnel.test/v1/late", {
+        dispatcher: agent,
+        headers: { authorization: "Bearer slow-placeholder-123" },
+      });
+      const afterMs = performance.now() - started;
+      expect(slow.statusCode).toBe(504);
+      expect(slow.headers["x-keybroker-error"]).toBe("upstream_timeout");
+      expect(((await slow.body.json()) as { error: { provider: string } }).error.provider).toBe("slow");
+      expect(afterMs).toBeGreaterThanOrEqual(600);
+      const ph = await f.placeholder("openai");
+      const other = await request("https://api.openai.com/v1/late", {
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${ph}` },
+      });
+      expect(other.statusCode).toBe(200);
+      expect(await other.body.text()).toBe('{"late":true}');
+    } finally {
+      await agent.close();
+    }
+  });
+});
+
+describe("a cap on open connections", () => {
+  const CAP = 40;
+  const FLOOD = 70;
+  let f: Fixture;
+
+  beforeAll(async () => {
+    // Timeouts long enough that nothing is reaped while the flood is open.
+    f = await startFixture({
+      extraRules: `timeouts: { handshake: 60s, headers: 60s }\nlimits: { connections: ${CAP} }\n`,
+    });
+  });
+
+  afterAll(async () => {
+    await f?.close();
+    expect(f.leaks()).toEqual([]);
+  });
+
+  it("refuses connections beyond limits.connections at once and keeps serving the open ones", async () => {
+    const ph = await f.placeholder("openai");
+    // A client that keeps its one connection open between requests. (Without `connections: 1`
+    // undici sometimes opens a second one for a request sent the moment the last one ended.)
+    const good = new ProxyAgent({
+      uri: f.broker.url,
+      requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+      connections: 1,
+      keepAliveTimeout: 120_000,
+      keepAliveMaxTimeout: 120_000,
+    });
+    const send = async (dispatcher = good) => {
+      const res = await request("https://api.openai.com/v1/chat/completions", {
+        method: "POST",
+        dispatcher,
+        headers: { authorization: `Bearer ${ph}`, "content-type": "application/json" },
+        body: "{}",
+      });
+      await res.body.text();
+      return res.statusCode;
+    };
+    const flood: Socket[] = [];
+    try {
+      expect(await send()).toBe(200); // the good client's connection is open before the flood
+
+      // Idle CONNECTs that never start TLS, opened one after another.
+      const outcomes: { accepted: boolean; afterMs: number }[] = [];
+      for (let i = 0; i < FLOOD; i++) {
+        const socket = await openSocket(f.broker.port);
+        flood.push(socket);
+        const opened = performance.now();
+        socket.write("CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n");
+        const outcome = await new Promise<{ accepted: boolean; afterMs: number }>((resolve) => {
+          socket.once("data", () => resolve({ accepted: true, afterMs: performance.now() - opened }));
+          socket.once("close", () => resolve({ accepted: false, afterMs: performance.now() - opened }));
+        });
+        outcomes.push(outcome);
+      }
+      const accepted = outcomes.filter((o) => o.accepted).length;
+      const refused = outcomes.filter((o) => !o.accepted);
+      // The good client holds one connection; the rest of the cap went to the flood.
+      expect(accepted).toBe(CAP - 1);
+      expect(refused).toHaveLength(FLOOD - CAP + 1);
+      for (const r of refused) expect(r.afterMs).toBeLessThan(2000);
+
+      // The open connection keeps being served while the cap is full.
+      for (let i = 0; i < 20; i++) expect(await send()).toBe(200);
+      // A new client is turned away at once.
+      const late = f.proxyAgent();
+      await expect(send(late)).rejects.toThrow();
+      await late.close();
+      expect(f.broker.stderr()).toContain("refusing new connections");
+
+      // Once the flood closes, new connections are accepted again.
+      const gone = flood.filter((s) => !s.destroyed).map((s) => once(s, "close"));
+      for (const s of flood) s.destroy();
+      await Promise.all(gone);
+      let status = 0;
+      for (let attempt = 0; attempt < 50 && status !== 200; attempt++) {
+        const fresh = f.proxyAgent();
+        status = await send(fresh).catch(() => 0);
+        await fresh.close();
+        if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(status).toBe(200);
+    } finally {
+      for (const s of flood) s.destroy();
+      await good.close();
+    }
+  });
+});
