@@ -4,6 +4,7 @@
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
+import type { TLSSocket } from "node:tls";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
@@ -39,6 +40,24 @@ function expectClosedAfter(afterMs: number, timeoutMs: number, slackMs = SLACK_M
   expect(afterMs).toBeLessThan(timeoutMs + slackMs);
 }
 
+/** Trickles `text` a byte at a time: the broker answers 408 and closes at timeouts.headers. */
+async function expectTrickled408(socket: Socket | TLSSocket, text: string): Promise<void> {
+  const closed = untilClosed(socket);
+  trickle(socket, text);
+  const { text: answer, afterMs } = await closed;
+  expectClosedAfter(afterMs, HEADERS_MS);
+  expect(brokerError(answer)).toMatchObject({ status: 408, code: "request_timeout" });
+}
+
+/** Sends one keep-alive request: once answered, the idle connection closes at timeouts.keep_alive. */
+async function expectKeepAliveClose(socket: Socket | TLSSocket, request: string): Promise<void> {
+  socket.write(request);
+  const [first] = (await once(socket, "data")) as [Buffer];
+  const answered = performance.now();
+  expect(parseAnswer(first.toString()).status).toBe(200);
+  expectClosedAfter((await untilClosed(socket, answered)).afterMs, KEEP_ALIVE_MS);
+}
+
 describe("timeouts at every stage", () => {
   let f: Fixture;
 
@@ -61,15 +80,10 @@ timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: 
   });
 
   it("listener: headers trickled a byte at a time get 408 at timeouts.headers", async () => {
-    const socket = await openSocket(f.broker.port);
-    const closed = untilClosed(socket);
-    trickle(
-      socket,
+    await expectTrickled408(
+      await openSocket(f.broker.port),
       "GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaa",
     );
-    const { text, afterMs } = await closed;
-    expectClosedAfter(afterMs, HEADERS_MS);
-    expect(brokerError(text)).toMatchObject({ status: 408, code: "request_timeout" });
   });
 
   it("listener: a connection that sends nothing is closed at timeouts.headers", async () => {
@@ -78,12 +92,10 @@ timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: 
   });
 
   it("listener: an idle keep-alive connection is closed at timeouts.keep_alive", async () => {
-    const socket = await openSocket(f.broker.port);
-    socket.write("GET /__keybroker/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    const [first] = (await once(socket, "data")) as [Buffer];
-    const answered = performance.now();
-    expect(parseAnswer(first.toString()).status).toBe(200);
-    expectClosedAfter((await untilClosed(socket, answered)).afterMs, KEEP_ALIVE_MS);
+    await expectKeepAliveClose(
+      await openSocket(f.broker.port),
+      "GET /__keybroker/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    );
   });
 
   it("tunnel: a CONNECT that never sends a ClientHello is closed at timeouts.handshake", async () => {
@@ -109,24 +121,17 @@ timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: 
   });
 
   it("tunnel: headers trickled a byte at a time get 408 at timeouts.headers", async () => {
-    const tls = await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath);
-    const closed = untilClosed(tls);
-    trickle(
-      tls,
+    await expectTrickled408(
+      await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath),
       "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     );
-    const { text, afterMs } = await closed;
-    expectClosedAfter(afterMs, HEADERS_MS);
-    expect(brokerError(text)).toMatchObject({ status: 408, code: "request_timeout" });
   });
 
   it("tunnel: an idle keep-alive connection is closed at timeouts.keep_alive", async () => {
-    const tls = await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath);
-    tls.write("GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n");
-    const [first] = (await once(tls, "data")) as [Buffer];
-    const answered = performance.now();
-    expect(parseAnswer(first.toString()).status).toBe(200);
-    expectClosedAfter((await untilClosed(tls, answered)).afterMs, KEEP_ALIVE_MS);
+    await expectKeepAliveClose(
+      await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath),
+      "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n",
+    );
   });
 
   it("a provider's timeout answers 504 upstream_timeout; timeouts.upstream applies to the others", async () => {
