@@ -1,6 +1,6 @@
 import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
-import { isOAuthOnly } from "../../rules/provider-defaults.js";
+import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
 import {
@@ -104,7 +104,7 @@ async function reportProvider(
   const id = rule.id;
   if (isOAuthOnly(id) && rule.credentials.length === 0) {
     out(
-      `${id}: inactive — it authenticates only with OAuth logins, which this version of keybroker cannot make yet; it never reads ${rule.placeholder.env} or any other API key`,
+      `${id}: inactive — it authenticates only with OAuth logins, which this version of keybroker cannot make yet; it never reads ${derivedEnvName(id)} or any other API key`,
     );
     return { usable: false, problems: [] };
   }
