@@ -85,6 +85,9 @@ export function statusReport(broker: Broker): StatusReport {
     rules: broker.runtime.rules.origin,
     providers: providerStatuses(broker.runtime, broker.pools.snapshot()),
     audit: broker.auditHealth(),
+    providers: providerStatuses(broker.runtime, broker.pools.snapshot(), (id) =>
+      broker.logins.members(id).map((e) => e.login),
+    ),
   };
 }
 

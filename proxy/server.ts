@@ -19,6 +19,8 @@ import { VERSION } from "../core/version.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { Rules } from "../rules/types.js";
+import { OAuthLogins } from "../secrets/oauth/logins.js";
+import { FileTokenStore } from "../secrets/oauth/token-store.js";
 import { PoolState } from "../secrets/pool.js";
 import { mayMark } from "../secrets/quota.js";
 import { createSecretResolver } from "../secrets/sources.js";
@@ -117,6 +119,9 @@ export class Broker {
   readonly #adminToken: string;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
+  /** OAuth logins from the token store, followed as they change (SPEC §8). */
+  readonly logins: OAuthLogins;
+  readonly #audit: AuditLog | undefined;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();
@@ -130,6 +135,11 @@ export class Broker {
     this.#minter = new LeafMinter(ca);
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
+    this.logins = new OAuthLogins(new FileTokenStore(opts.home), {
+      // A login replaced by a new `auth add` starts without the old one's marks.
+      onReplaced: (provider, id) => this.pools.reset(provider, id),
+      warn: (message) => opts.log.warn(message),
+    });
     this.#setUpAuth(rt);
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
@@ -177,7 +187,9 @@ export class Broker {
   static async create(opts: BrokerOptions): Promise<Broker> {
     const ca = loadOrCreateCa(opts.home);
     const rt = await Broker.#buildRuntime(opts, opts.rules);
-    return new Broker(opts, ca, rt);
+    const broker = new Broker(opts, ca, rt);
+    await broker.logins.open();
+    return broker;
   }
 
   static #buildRuntime(opts: BrokerOptions, rules: Rules): Promise<Runtime> {
@@ -214,6 +226,7 @@ export class Broker {
   }
 
   #setUpAuth(rt: Runtime): void {
+    rt.logins = this.logins;
     for (const p of rt.providers.values()) {
       const auth = createUpstreamAuth(p.rule, rt.resolver, () => this.#agent);
       if (auth !== undefined) rt.upstreamAuth.set(p.rule.id, auth);
@@ -287,6 +300,7 @@ export class Broker {
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#agent.destroy().catch(() => {});
+    this.logins.close();
     this.pools.flush();
     await this.#audit?.close();
     if (this.#opts.advertise && this.#address !== undefined)

@@ -5,6 +5,7 @@ import { CA_CERT_FILE, CA_DIR } from "../../certs/ca.js";
 import { VERSION } from "../../core/version.js";
 import { Runtime } from "../../proxy/runtime.js";
 import { formatStatus, providerStatuses, type StatusReport } from "../../proxy/status.js";
+import { readLogins } from "../../secrets/oauth/token-store.js";
 import { readPoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
@@ -53,6 +54,20 @@ ${COMMON_HELP}`,
     } else {
       const head = running.length > 1 ? [`${running.length} brokers run for this home`, ""] : [];
       ctx.out([...head, reports.map(formatStatus).join("\n\n")].join("\n"));
+      const { rules } = readRules(ctx, values.config);
+      const ca = loadOrCreateCa(ctx.home);
+      const rt = await localRuntime(ctx, rules);
+      const logins = await readLogins(ctx.home);
+      report = {
+        running: false,
+        url: undefined,
+        pid: undefined,
+        ca: { path: ca.certPath, fingerprint: ca.fingerprint256 },
+        rules: rules.origin,
+        providers: providerStatuses(rt, readPoolState(ctx.home), (id) =>
+          logins.filter((l) => l.provider === id),
+        ),
+      };
     }
     return running.length > 0 ? 0 : EXIT_NOT_RUNNING;
   },

@@ -8,11 +8,18 @@ import { applyCredential, applyHeaderRules } from "./inject.js";
 
 export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
 
+/** The ids of the provider's pool: its credential references, or its OAuth logins. */
+export function poolIds(x: Exchange): readonly string[] {
+  const rule = x.provider!.rule;
+  if (rule.oauth === undefined) return rule.credentials;
+  return (x.rt.logins?.members(rule.id) ?? []).map((e) => e.login.id);
+}
+
 /** A request can move to another credential (or a fallback) when there is one to move to. */
 export function hasAlternatives(x: Exchange): boolean {
   const provider = x.provider!;
   return (
-    provider.rule.credentials.length > 1 ||
+    poolIds(x).length > 1 ||
     (x.mode === "reverse" && (x.rt.rules.fallbacks[provider.rule.id]?.length ?? 0) > 0)
   );
 }
@@ -87,6 +94,7 @@ type Member = { id: string; fingerprint: string; secret: Secret };
  */
 function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
+  if (rule.oauth !== undefined) return loginMembers(x);
   const out: Member[] = [];
   // No credentials at all: membersWithValues explains that.
   if (rule.credentials.length === 0) return membersWithValues(x);
@@ -97,6 +105,35 @@ function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
     if (!x.tried.has(ref)) out.push({ id: ref, fingerprint: secret.fingerprint, secret });
   }
   return out;
+}
+
+/** The OAuth logins not yet tried that do not need a person; none at all is `reauth_required`. */
+function loginMembers(x: Exchange): Member[] {
+  const rule = x.provider!.rule;
+  const entries = x.rt.logins?.members(rule.id) ?? [];
+  const out: Member[] = [];
+  let usable = 0;
+  for (const { login, secret } of entries) {
+    if (login.state === "reauth_required") continue;
+    usable++;
+    if (!x.tried.has(login.id)) out.push({ id: login.id, fingerprint: secret.fingerprint, secret });
+  }
+  if (usable === 0) {
+    const stuck = entries.map((e) => e.login.id);
+    throw new BrokerError(
+      "reauth_required",
+      stuck.length === 0
+        ? `provider "${rule.id}" has no OAuth login`
+        : `every OAuth login of provider "${rule.id}" needs a new login: ${stuck.join(", ")}`,
+      { provider: rule.id, hint: `keybroker auth add ${rule.id}${labelFlag(stuck[0])}` },
+    );
+  }
+  return out;
+}
+
+/** ` --label NAME` for a login other than the default one. */
+export function labelFlag(id: string | undefined): string {
+  return id === undefined || id === "default" ? "" : ` --label ${id}`;
 }
 
 /** Every pool member that has a value now, in pool order. */
@@ -143,9 +180,10 @@ function choose(x: Exchange, members: Member[]): void {
     x.client.rule.name,
   );
   if (chosen === undefined) {
-    const earliest = x.pools.earliestReset(rule.id, rule.credentials);
+    const ids = poolIds(x);
+    const earliest = x.pools.earliestReset(rule.id, ids);
     const seconds = earliest === undefined ? 60 : Math.max(1, Math.ceil((earliest - Date.now()) / 1000));
-    const states = rule.credentials
+    const states = ids
       .map((id) => {
         const s = x.pools.get(rule.id, id);
         return `${id}: ${s.state}${s.reason ? ` (${s.reason})` : ""}`;
