@@ -53,6 +53,10 @@ export const AUDIT_DECISIONS = [
   "reauth_required",
   "gap",
   ...SECURITY_DECISIONS,
+  "login",
+  "removed",
+  "reset",
+  "reload",
 ] as const;
 
 export type AuditDecision = (typeof AUDIT_DECISIONS)[number];

@@ -139,6 +139,13 @@ export class Broker {
       // A login replaced by a new `auth add` starts without the old one's marks.
       onReplaced: (provider, id) => this.pools.reset(provider, id),
       warn: (message) => opts.log.warn(message),
+      onEvent: (decision, provider, credential, fingerprint) =>
+        this.#audit?.record({
+          decision,
+          provider,
+          credential,
+          ...(fingerprint === undefined ? {} : { fingerprint }),
+        }),
     });
     this.#setUpAuth(rt);
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true);

@@ -16,6 +16,13 @@ export interface LoginsOptions {
   /** A login was replaced by a new one (a new `auth add`), not refreshed: its marks go. */
   readonly onReplaced?: (provider: string, id: string) => void;
   readonly warn?: (message: string) => void;
+  /** A login appeared or went away after the broker started (for the audit log). */
+  readonly onEvent?: (
+    decision: "login" | "removed",
+    provider: string,
+    id: string,
+    fingerprint?: string,
+  ) => void;
 }
 
 export class OAuthLogins {
@@ -24,6 +31,7 @@ export class OAuthLogins {
   readonly #opts: LoginsOptions;
   readonly #pending = new Map<string, Promise<void>>();
   #unwatch: (() => void) | undefined;
+  #opened = false;
 
   constructor(store: TokenStore, opts: LoginsOptions = {}) {
     this.store = store;
@@ -36,6 +44,7 @@ export class OAuthLogins {
       void this.reload(provider, id);
     });
     for (const login of await this.store.list()) this.adopt(login);
+    this.#opened = true;
     return this;
   }
 
@@ -100,11 +109,17 @@ export class OAuthLogins {
     if (held !== undefined && held.login.createdAt !== login.createdAt) {
       this.#opts.onReplaced?.(login.provider, login.id);
     }
+    if (this.#opened && held?.login.createdAt !== login.createdAt) {
+      this.#opts.onEvent?.("login", login.provider, login.id, entry.secret.fingerprint);
+    }
     return entry;
   }
 
   #forget(provider: string, id: string): void {
     const map = this.#byProvider.get(provider);
-    if (map?.delete(id) === true) this.#opts.onReplaced?.(provider, id);
+    if (map?.delete(id) === true) {
+      this.#opts.onReplaced?.(provider, id);
+      this.#opts.onEvent?.("removed", provider, id);
+    }
   }
 }
