@@ -4,6 +4,7 @@ import { timingSafeEqual } from "node:crypto";
 import { hostMatches } from "../rules/host-pattern.js";
 import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
+import type { Refresher } from "../secrets/oauth/refresher.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
@@ -47,6 +48,8 @@ export class Runtime {
   readonly upstreamAuth = new Map<string, UpstreamAuth>();
   /** The OAuth logins of every provider, kept by the broker across reloads. */
   logins: OAuthLogins | undefined;
+  /** Refreshes OAuth logins (SPEC §8), set up by the broker with its agent. */
+  refresher: Refresher | undefined;
   readonly #exactHosts = new Map<string, ProviderState>();
   readonly #wildcards: ProviderState[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];

@@ -1,6 +1,8 @@
 // Chooses the credential a request uses from its provider's pool, and reads ahead the request
 // body when a quota answer may have to be retried on another credential.
 import { BrokerError } from "../../core/errors.js";
+import type { LoginEntry } from "../../secrets/oauth/logins.js";
+import { isExpired } from "../../secrets/oauth/refresher.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
@@ -107,16 +109,42 @@ function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
   return out;
 }
 
-/** The OAuth logins not yet tried that do not need a person; none at all is `reauth_required`. */
-function loginMembers(x: Exchange): Member[] {
+/**
+ * The OAuth logins not yet tried that do not need a person. A login whose access token has
+ * expired (its refresh ahead of time did not happen: a sleep, a failing server) is refreshed
+ * first; none usable at all is `reauth_required`, none with a valid token `credential_unavailable`.
+ */
+function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
   const entries = x.rt.logins?.members(rule.id) ?? [];
+  const now = Date.now();
+  const expired = entries.filter(
+    (e) => e.login.state === "ok" && !x.tried.has(e.login.id) && isExpired(e.login, now),
+  );
+  if (expired.length === 0 || x.rt.refresher === undefined) return usableLogins(x, entries, false);
+  const refresher = x.rt.refresher;
+  return Promise.allSettled(
+    expired.map((e) => refresher.refresh(rule.id, e.login.id, e.login.accessToken)),
+  ).then((results) =>
+    usableLogins(
+      x,
+      x.rt.logins?.members(rule.id) ?? [],
+      results.some((r) => r.status === "rejected"),
+    ),
+  );
+}
+
+function usableLogins(x: Exchange, entries: readonly LoginEntry[], failed: boolean): Member[] {
+  const rule = x.provider!.rule;
+  const now = Date.now();
   const out: Member[] = [];
   let usable = 0;
   for (const { login, secret } of entries) {
     if (login.state === "reauth_required") continue;
     usable++;
-    if (!x.tried.has(login.id)) out.push({ id: login.id, fingerprint: secret.fingerprint, secret });
+    if (!x.tried.has(login.id) && !isExpired(login, now)) {
+      out.push({ id: login.id, fingerprint: secret.fingerprint, secret });
+    }
   }
   if (usable === 0) {
     const stuck = entries.map((e) => e.login.id);
@@ -126,6 +154,13 @@ function loginMembers(x: Exchange): Member[] {
         ? `provider "${rule.id}" has no OAuth login`
         : `every OAuth login of provider "${rule.id}" needs a new login: ${stuck.join(", ")}`,
       { provider: rule.id, hint: `keybroker auth add ${rule.id}${labelFlag(stuck[0])}` },
+    );
+  }
+  if (out.length === 0 && x.tried.size === 0) {
+    throw new BrokerError(
+      "credential_unavailable",
+      `no OAuth login of provider "${rule.id}" has a valid access token${failed ? ": refreshing failed, keybroker will try again" : ""}`,
+      { provider: rule.id, hint: "retry shortly; keybroker status shows each login's expiry" },
     );
   }
   return out;

@@ -16,7 +16,8 @@ export class OAuthEndpointError extends Error {
 }
 
 export interface CappedFetchOptions {
-  readonly dispatcher: Dispatcher;
+  /** The upstream agent, asked on each request (the broker's changes on reload). */
+  readonly dispatcher: Dispatcher | (() => Dispatcher);
   readonly maxBytes: number;
   readonly timeoutMs: number;
   /** Extra headers on every request (`oauth.token_headers`). */
@@ -56,7 +57,7 @@ export function cappedFetch(opts: CappedFetchOptions) {
         body: init.body as string | URLSearchParams | null | undefined,
         redirect: "manual",
         signal,
-        dispatcher: opts.dispatcher,
+        dispatcher: typeof opts.dispatcher === "function" ? opts.dispatcher() : opts.dispatcher,
       });
     } catch (err) {
       if (timeout.aborted) throw late();

@@ -16,6 +16,8 @@ export interface LoginsOptions {
   /** A login was replaced by a new one (a new `auth add`), not refreshed: its marks go. */
   readonly onReplaced?: (provider: string, id: string) => void;
   readonly warn?: (message: string) => void;
+  /** The login held now changed (to schedule its refresh), or went away (undefined). */
+  readonly onHeld?: (login: StoredLogin | undefined, provider: string, id: string) => void;
   /** A login appeared or went away after the broker started (for the audit log). */
   readonly onEvent?: (
     decision: "login" | "removed",
@@ -28,7 +30,7 @@ export interface LoginsOptions {
 export class OAuthLogins {
   readonly store: TokenStore;
   readonly #byProvider = new Map<string, Map<string, LoginEntry>>();
-  readonly #opts: LoginsOptions;
+  #opts: LoginsOptions;
   readonly #pending = new Map<string, Promise<void>>();
   #unwatch: (() => void) | undefined;
   #opened = false;
@@ -46,6 +48,11 @@ export class OAuthLogins {
     for (const login of await this.store.list()) this.adopt(login);
     this.#opened = true;
     return this;
+  }
+
+  /** Adds callbacks after construction (the refresher needs the logins to exist first). */
+  listen(more: LoginsOptions): void {
+    this.#opts = { ...this.#opts, ...more };
   }
 
   close(): void {
@@ -106,6 +113,7 @@ export class OAuthLogins {
           : new Secret(login.accessToken, login.id, "oauth"),
     };
     map.set(login.id, entry);
+    this.#opts.onHeld?.(login, login.provider, login.id);
     if (held !== undefined && held.login.createdAt !== login.createdAt) {
       this.#opts.onReplaced?.(login.provider, login.id);
     }
@@ -118,6 +126,7 @@ export class OAuthLogins {
   #forget(provider: string, id: string): void {
     const map = this.#byProvider.get(provider);
     if (map?.delete(id) === true) {
+      this.#opts.onHeld?.(undefined, provider, id);
       this.#opts.onReplaced?.(provider, id);
       this.#opts.onEvent?.("removed", provider, id);
     }

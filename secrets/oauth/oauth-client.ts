@@ -64,7 +64,7 @@ export class OAuthClient {
   constructor(
     provider: string,
     spec: OAuthSpec,
-    dispatcher: Dispatcher,
+    dispatcher: Dispatcher | (() => Dispatcher),
     clientSecret: () => Promise<string | undefined> = async () => undefined,
   ) {
     this.provider = provider;

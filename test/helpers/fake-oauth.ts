@@ -30,6 +30,10 @@ export interface FakeOAuth {
   oversized: boolean;
   slowDowns: number;
   deny: boolean;
+  /** A completed login, as `auth add` would have obtained it (its grant id is `grant`). */
+  login(): { access_token: string; refresh_token: string; expires_in: number; grant: number };
+  /** Revokes one grant, as a user revoking one session. */
+  revokeGrant(grant: number): void;
   /** The user approves a device code. */
   approve(userCode: string): void;
   /** Revokes every grant (the user revoked the app). */
@@ -58,6 +62,14 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
     oversized: false,
     slowDowns: 0,
     deny: false,
+    login() {
+      const g = newGrant();
+      return { ...issue(g), grant: g.id };
+    },
+    revokeGrant(id) {
+      const g = grants[id];
+      if (g !== undefined) g.revoked = true;
+    },
     approve(userCode) {
       for (const d of devices.values()) if (d.userCode === userCode) d.approved = true;
     },

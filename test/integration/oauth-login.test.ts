@@ -161,107 +161,126 @@ async function follow(f: Fixture, authorizeUrl: string): Promise<string> {
   return String(res.headers.location);
 }
 
+// Each test drives several processes (broker, CLI): generous on a loaded machine.
+const TEST_TIMEOUT = 90_000;
+
 describe("auth add / remove", () => {
-  it("device grant: prints the URL and code, stores the login once approved; the broker serves it at once; remove revokes it", async () => {
-    const { f, fake, call, until, agent } = await setup();
-    expect((await call()).status).toBe(401);
+  it(
+    "device grant: prints the URL and code, stores the login once approved; the broker serves it at once; remove revokes it",
+    async () => {
+      const { f, fake, call, until, agent } = await setup();
+      expect((await call()).status).toBe(401);
 
-    const add = startCli(f, ["auth", "add", "codex-oauth", "--label", "work"]);
-    const url = await add.waitFor(/open: (\S+)/);
-    const code = await add.waitFor(/enter the code: (\S+)/);
-    expect(url[1]).toBe(`https://${AUTH_HOST}/activate?user_code=${code[1]}`);
-    fake.approve(code[1]!);
-    expect(await add.exit(), add.err()).toBe(0);
-    expect(add.out()).toContain('codex-oauth: logged in as credential "work"');
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--label", "work"]);
+      const url = await add.waitFor(/open: (\S+)/);
+      const code = await add.waitFor(/enter the code: (\S+)/);
+      expect(url[1]).toBe(`https://${AUTH_HOST}/activate?user_code=${code[1]}`);
+      fake.approve(code[1]!);
+      expect(await add.exit(), add.err()).toBe(0);
+      expect(add.out()).toContain('codex-oauth: logged in as credential "work"');
 
-    const served = await until(200);
-    expect(served.status).toBe(200);
+      const served = await until(200);
+      expect(served.status).toBe(200);
 
-    const list = await f.cli(["auth", "list"]);
-    expect(list.stdout).toMatch(/work {2}oauth sha256:[0-9a-f]{12} {2}ok {2}expires \d{4}-/);
+      const list = await f.cli(["auth", "list"]);
+      expect(list.stdout).toMatch(/work {2}oauth sha256:[0-9a-f]{12} {2}ok {2}expires \d{4}-/);
 
-    const removed = await f.cli(["auth", "remove", "codex-oauth", "--credential", "work"]);
-    expect(removed.status, removed.stderr).toBe(0);
-    expect(removed.stdout).toContain('removed login "work" and revoked it');
-    expect(fake.issued.some((t) => t.startsWith("at-") && fake.valid(t))).toBe(false);
-    const gone = await until(401);
-    expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
-    expect(JSON.parse(gone.text).error.hint).toBe("keybroker auth add codex-oauth");
-    await agent.close();
-    await f.broker.stop();
-    const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8")
-      .trim()
-      .split("\n")
-      .map((l) => JSON.parse(l) as { decision: string; credential?: string });
-    expect(audit.filter((l) => l.credential === "work").map((l) => l.decision)).toEqual(
-      expect.arrayContaining(["login", "injected", "removed"]),
-    );
-  });
+      const removed = await f.cli(["auth", "remove", "codex-oauth", "--credential", "work"]);
+      expect(removed.status, removed.stderr).toBe(0);
+      expect(removed.stdout).toContain('removed login "work" and revoked it');
+      expect(fake.issued.some((t) => t.startsWith("at-") && fake.valid(t))).toBe(false);
+      const gone = await until(401);
+      expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
+      expect(JSON.parse(gone.text).error.hint).toBe("keybroker auth add codex-oauth");
+      await agent.close();
+      await f.broker.stop();
+      const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { decision: string; credential?: string });
+      expect(audit.filter((l) => l.credential === "work").map((l) => l.decision)).toEqual(
+        expect.arrayContaining(["login", "injected", "removed"]),
+      );
+    },
+    TEST_TIMEOUT,
+  );
 
-  it("PKCE: completes the moment the right callback arrives, even when the token endpoint answers after the wait", async () => {
-    const { f, fake, until, agent } = await setup();
-    const port = await freePort();
-    // The wait is 1 s; the token endpoint takes 1.5 s after the callback. The login must
-    // still complete: no timeout may fire once the callback came.
-    fake.tokenDelayMs = 1500;
-    const add = startCli(f, [
-      "auth",
-      "add",
-      "codex-oauth",
-      "--flow",
-      "pkce",
-      "--port",
-      String(port),
-      "--no-browser",
-      "--timeout",
-      "1s",
-    ]);
-    const [, authorizeUrl] = await add.waitFor(/open: (\S+)/);
-    const callback = await follow(f, authorizeUrl!);
-    expect(callback.startsWith(`http://127.0.0.1:${port}/callback?`)).toBe(true);
+  it(
+    "PKCE: completes the moment the right callback arrives, even when the token endpoint answers after the wait",
+    async () => {
+      const { f, fake, until, agent } = await setup();
+      const port = await freePort();
+      // The wait is 1 s; the token endpoint takes 1.5 s after the callback. The login must
+      // still complete: no timeout may fire once the callback came.
+      fake.tokenDelayMs = 1500;
+      const add = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(port),
+        "--no-browser",
+        "--timeout",
+        "1s",
+      ]);
+      const [, authorizeUrl] = await add.waitFor(/open: (\S+)/);
+      const callback = await follow(f, authorizeUrl!);
+      expect(callback.startsWith(`http://127.0.0.1:${port}/callback?`)).toBe(true);
 
-    // A callback with another state is not this login: refused, and the login keeps waiting.
-    const forged = new URL(callback);
-    forged.searchParams.set("state", "not-the-state");
-    expect((await request(forged)).statusCode).toBe(400);
+      // A callback with another state is not this login: refused, and the login keeps waiting.
+      const forged = new URL(callback);
+      forged.searchParams.set("state", "not-the-state");
+      expect((await request(forged)).statusCode).toBe(400);
 
-    const res = await request(callback);
-    expect(res.statusCode).toBe(200);
-    expect(await res.body.text()).toContain("Logged in");
-    expect(await add.exit(), add.err()).toBe(0);
-    fake.tokenDelayMs = 0;
-    expect((await until(200)).status).toBe(200);
-    await agent.close();
-  });
+      const res = await request(callback);
+      expect(res.statusCode).toBe(200);
+      expect(await res.body.text()).toContain("Logged in");
+      expect(await add.exit(), add.err()).toBe(0);
+      fake.tokenDelayMs = 0;
+      expect((await until(200)).status).toBe(200);
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
 
-  it("PKCE: a port in use is a clear error naming --port, and nothing is stored", async () => {
-    const { f } = await setup();
-    const busy = createServer().listen(0, "127.0.0.1");
-    await once(busy, "listening");
-    const port = (busy.address() as { port: number }).port;
-    const add = startCli(f, [
-      "auth",
-      "add",
-      "codex-oauth",
-      "--flow",
-      "pkce",
-      "--port",
-      String(port),
-      "--no-browser",
-    ]);
-    expect(await add.exit()).toBe(1);
-    expect(add.err()).toContain(`port ${port} is in use`);
-    expect(add.err()).toContain("--port N");
-    busy.close();
-    const list = await f.cli(["auth", "list", "--json"]);
-    expect(JSON.parse(list.stdout).providers[0].credentials).toEqual([]);
-  });
+  it(
+    "PKCE: a port in use is a clear error naming --port, and nothing is stored",
+    async () => {
+      const { f } = await setup();
+      const busy = createServer().listen(0, "127.0.0.1");
+      await once(busy, "listening");
+      const port = (busy.address() as { port: number }).port;
+      const add = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(port),
+        "--no-browser",
+      ]);
+      expect(await add.exit()).toBe(1);
+      expect(add.err()).toContain(`port ${port} is in use`);
+      expect(add.err()).toContain("--port N");
+      busy.close();
+      const list = await f.cli(["auth", "list", "--json"]);
+      expect(JSON.parse(list.stdout).providers[0].credentials).toEqual([]);
+    },
+    TEST_TIMEOUT,
+  );
 
-  it("device grant: access_denied stops with a clear message and stores nothing", async () => {
-    const { f, fake } = await setup();
-    fake.deny = true;
-    const add = startCli(f, ["auth", "add", "codex-oauth"]);
-    expect(await add.exit()).toBe(1);
-    expect(add.err()).toContain("was denied at the authorization server; nothing was stored");
-  });
+  it(
+    "device grant: access_denied stops with a clear message and stores nothing",
+    async () => {
+      const { f, fake } = await setup();
+      fake.deny = true;
+      const add = startCli(f, ["auth", "add", "codex-oauth"]);
+      expect(await add.exit()).toBe(1);
+      expect(add.err()).toContain("was denied at the authorization server; nothing was stored");
+    },
+    TEST_TIMEOUT,
+  );
 });

@@ -110,74 +110,85 @@ async function until<T>(fn: () => Promise<T>, done: (v: T) => boolean): Promise<
   }
 }
 
+// Each test drives several processes (broker, CLI): generous on a loaded machine.
+const TEST_TIMEOUT = 90_000;
+
 describe("OAuth logins in the pool", () => {
-  it("follows the token store without a restart and injects the access token as Bearer", async () => {
-    const f = await startFixture({ rules });
-    open.push(f);
-    const seen = provider(f.upstream, new Set());
-    const agent = f.proxyAgent();
-    const store = new FileTokenStore(f.home);
+  it(
+    "follows the token store without a restart and injects the access token as Bearer",
+    async () => {
+      const f = await startFixture({ rules });
+      open.push(f);
+      const seen = provider(f.upstream, new Set());
+      const agent = f.proxyAgent();
+      const store = new FileTokenStore(f.home);
 
-    const none = await call(f, agent);
-    expect(none.status).toBe(401);
-    expect(none.headers["x-keybroker-error"]).toBe("reauth_required");
-    expect(none.json.error?.hint).toBe("keybroker auth add codex-oauth");
+      const none = await call(f, agent);
+      expect(none.status).toBe(401);
+      expect(none.headers["x-keybroker-error"]).toBe("reauth_required");
+      expect(none.json.error?.hint).toBe("keybroker auth add codex-oauth");
 
-    await store.put(login("work", TOKEN_WORK));
-    expect(
-      (
-        await until(
-          () => call(f, agent),
-          (r) => r.status === 200,
-        )
-      ).status,
-    ).toBe(200);
-    expect(seen.at(-1)).toBe(TOKEN_WORK);
-    expect(statSync(join(f.home, "tokens")).mode & 0o777).toBe(0o700);
-    expect(statSync(join(f.home, "tokens", "codex-oauth~work.json")).mode & 0o777).toBe(0o600);
+      await store.put(login("work", TOKEN_WORK));
+      expect(
+        (
+          await until(
+            () => call(f, agent),
+            (r) => r.status === 200,
+          )
+        ).status,
+      ).toBe(200);
+      expect(seen.at(-1)).toBe(TOKEN_WORK);
+      expect(statSync(join(f.home, "tokens")).mode & 0o777).toBe(0o700);
+      expect(statSync(join(f.home, "tokens", "codex-oauth~work.json")).mode & 0o777).toBe(0o600);
 
-    // Replaced by a new login with the same label: the new token at once.
-    await store.put(login("work", TOKEN_WORK_2, Date.now() + 1));
-    await until(
-      () => call(f, agent),
-      () => seen.at(-1) === TOKEN_WORK_2,
-    );
-    expect(seen.at(-1)).toBe(TOKEN_WORK_2);
+      // Replaced by a new login with the same label: the new token at once.
+      await store.put(login("work", TOKEN_WORK_2, Date.now() + 1));
+      await until(
+        () => call(f, agent),
+        () => seen.at(-1) === TOKEN_WORK_2,
+      );
+      expect(seen.at(-1)).toBe(TOKEN_WORK_2);
 
-    await store.remove("codex-oauth", "work");
-    const gone = await until(
-      () => call(f, agent),
-      (r) => r.status === 401,
-    );
-    expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
-    await agent.close();
-  });
+      await store.remove("codex-oauth", "work");
+      const gone = await until(
+        () => call(f, agent),
+        (r) => r.status === 401,
+      );
+      expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
 
-  it("a usage-limit answer to one login marks only that login; the other serves", async () => {
-    const f = await startFixture({ rules });
-    open.push(f);
-    const seen = provider(f.upstream, new Set([TOKEN_WORK]));
-    const agent = f.proxyAgent();
-    const store = new FileTokenStore(f.home);
-    await store.put(login("a-work", TOKEN_WORK));
-    await store.put(login("b-spare", TOKEN_SPARE));
-    await until(
-      () => call(f, agent),
-      (r) => r.status === 200 && seen.includes(TOKEN_SPARE),
-    );
-    seen.length = 0;
+  it(
+    "a usage-limit answer to one login marks only that login; the other serves",
+    async () => {
+      const f = await startFixture({ rules });
+      open.push(f);
+      const seen = provider(f.upstream, new Set([TOKEN_WORK]));
+      const agent = f.proxyAgent();
+      const store = new FileTokenStore(f.home);
+      await store.put(login("a-work", TOKEN_WORK));
+      await store.put(login("b-spare", TOKEN_SPARE));
+      await until(
+        () => call(f, agent),
+        (r) => r.status === 200 && seen.includes(TOKEN_SPARE),
+      );
+      seen.length = 0;
 
-    const r = await call(f, agent);
-    expect(r.status).toBe(200);
-    // fill_first would start at a-work: it was marked on the first 429 and is skipped now.
-    expect(seen).toEqual([TOKEN_SPARE]);
-    const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
-      providers: { id: string; credentials: { id: string; state: string }[] }[];
-    };
-    const states = Object.fromEntries(
-      status.providers.find((p) => p.id === "codex-oauth")!.credentials.map((c) => [c.id, c.state]),
-    );
-    expect(states).toEqual({ "a-work": "usage_limit_reached", "b-spare": "ok" });
-    await agent.close();
-  });
+      const r = await call(f, agent);
+      expect(r.status).toBe(200);
+      // fill_first would start at a-work: it was marked on the first 429 and is skipped now.
+      expect(seen).toEqual([TOKEN_SPARE]);
+      const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+        providers: { id: string; credentials: { id: string; state: string }[] }[];
+      };
+      const states = Object.fromEntries(
+        status.providers.find((p) => p.id === "codex-oauth")!.credentials.map((c) => [c.id, c.state]),
+      );
+      expect(states).toEqual({ "a-work": "usage_limit_reached", "b-spare": "ok" });
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
 });
