@@ -9,6 +9,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
+import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { baseEnv, CLI, findSecrets, outputs } from "../helpers/broker.js";
 import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
@@ -268,6 +269,47 @@ describe("auth add / remove", () => {
       busy.close();
       const list = await f.cli(["auth", "list", "--json"]);
       expect(JSON.parse(list.stdout).providers[0].credentials).toEqual([]);
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "an oversized or a slow token endpoint is cut off, named, and nothing is stored",
+    async () => {
+      const { f, fake } = await setup("      token_timeout: 1s\n");
+      fake.oversized = true;
+      const big = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(await freePort()),
+        "--no-browser",
+      ]);
+      const [, url1] = await big.waitFor(/open: (\S+)/);
+      await request(await follow(f, url1!)).then((r) => r.body.dump());
+      expect(await big.exit()).toBe(1);
+      expect(big.err()).toContain(`https://${AUTH_HOST}/token answered more than 1048576 bytes`);
+      fake.oversized = false;
+      fake.tokenDelayMs = 3000;
+      const slow = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(await freePort()),
+        "--no-browser",
+      ]);
+      const [, url2] = await slow.waitFor(/open: (\S+)/);
+      await request(await follow(f, url2!)).then((r) => r.body.dump());
+      expect(await slow.exit()).toBe(1);
+      expect(slow.err()).toContain(`https://${AUTH_HOST}/token did not answer within 1000 ms`);
+      fake.tokenDelayMs = 0;
+      expect(await new FileTokenStore(f.home).list()).toEqual([]);
     },
     TEST_TIMEOUT,
   );
