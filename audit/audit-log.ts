@@ -53,10 +53,6 @@ export const AUDIT_DECISIONS = [
   "reauth_required",
   "gap",
   ...SECURITY_DECISIONS,
-  "login",
-  "removed",
-  "reset",
-  "reload",
 ] as const;
 
 export type AuditDecision = (typeof AUDIT_DECISIONS)[number];

@@ -125,7 +125,6 @@ export class Broker {
   /** OAuth logins from the token store, followed as they change (SPEC §8). */
   readonly logins: OAuthLogins;
   readonly #refresher: Refresher;
-  readonly #audit: AuditLog | undefined;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();

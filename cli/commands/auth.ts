@@ -5,9 +5,8 @@ import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker } from "../context.js";
 import { readRules } from "../read-rules.js";
-import { EXIT_NOT_RUNNING, status } from "./status.js";
 import { addLogin, removeLogin } from "./auth-login.js";
-import { status } from "./status.js";
+import { EXIT_NOT_RUNNING, status } from "./status.js";
 
 export const auth: Command = {
   name: "auth",
@@ -34,7 +33,6 @@ ${COMMON_HELP}`,
   async run(argv) {
     const { values, positionals } = parse(
       argv,
-      { credential: { type: "string" }, json: { type: "boolean" }, port: { type: "string" } },
       {
         credential: { type: "string" },
         json: { type: "boolean" },

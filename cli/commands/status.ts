@@ -54,20 +54,6 @@ ${COMMON_HELP}`,
     } else {
       const head = running.length > 1 ? [`${running.length} brokers run for this home`, ""] : [];
       ctx.out([...head, reports.map(formatStatus).join("\n\n")].join("\n"));
-      const { rules } = readRules(ctx, values.config);
-      const ca = loadOrCreateCa(ctx.home);
-      const rt = await localRuntime(ctx, rules);
-      const logins = await readLogins(ctx.home);
-      report = {
-        running: false,
-        url: undefined,
-        pid: undefined,
-        ca: { path: ca.certPath, fingerprint: ca.fingerprint256 },
-        rules: rules.origin,
-        providers: providerStatuses(rt, readPoolState(ctx.home), (id) =>
-          logins.filter((l) => l.provider === id),
-        ),
-      };
     }
     return running.length > 0 ? 0 : EXIT_NOT_RUNNING;
   },
@@ -82,6 +68,7 @@ async function savedState(ctx: Context, config: string | undefined): Promise<Sta
   const { rules } = readRules(ctx, config);
   // Placeholders are not shown: a throwaway key keeps the home's own key from being created.
   const rt = await Runtime.build(rules, localResolver(ctx, rules), Buffer.alloc(32));
+  const logins = await readLogins(ctx.home);
   const caPath = join(ctx.home, CA_DIR, CA_CERT_FILE);
   return {
     running: false,
@@ -93,6 +80,6 @@ async function savedState(ctx: Context, config: string | undefined): Promise<Sta
       : undefined,
     rules: rules.origin,
     missingHome: existsSync(ctx.home) ? undefined : ctx.home,
-    providers: providerStatuses(rt, readPoolState(ctx.home)),
+    providers: providerStatuses(rt, readPoolState(ctx.home), (id) => logins.filter((l) => l.provider === id)),
   };
 }
