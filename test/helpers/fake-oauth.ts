@@ -199,3 +199,24 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
   });
   return fake;
 }
+
+/**
+ * The rule file of the OAuth tests: provider `codex-oauth` on api.openai.com, its endpoints
+ * discovered from the fake at `issuer`, both hosts resolved to the upstream `u`.
+ */
+export function oauthRules(u: FakeUpstream, oauthExtra = ""): string {
+  return `version: 1
+upstream_ca: [${JSON.stringify(u.caPath)}]
+resolve:
+  "api.openai.com:443": "127.0.0.1:${u.port}"
+  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
+catalogue: false
+providers:
+  codex-oauth:
+    hosts: [api.openai.com]
+    oauth:
+      issuer: https://${AUTH_HOST}
+      client_id: app_1
+      scopes: [openid, offline_access]
+${oauthExtra}`;
+}

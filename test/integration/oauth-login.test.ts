@@ -11,26 +11,8 @@ import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { baseEnv, CLI, findSecrets, outputs } from "../helpers/broker.js";
-import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
-import type { FakeUpstream } from "../helpers/upstream.js";
-
-function rules(u: FakeUpstream, oauthExtra = ""): string {
-  return `version: 1
-upstream_ca: [${JSON.stringify(u.caPath)}]
-resolve:
-  "api.openai.com:443": "127.0.0.1:${u.port}"
-  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
-catalogue: false
-providers:
-  codex-oauth:
-    hosts: [api.openai.com]
-    oauth:
-      issuer: https://${AUTH_HOST}
-      client_id: app_1
-      scopes: [openid, offline_access]
-${oauthExtra}`;
-}
 
 interface Running {
   readonly child: ChildProcess;
@@ -114,7 +96,7 @@ async function setup(oauthExtra = "") {
         res.writeHead(fake.valid(token) ? 200 : 401, { "content-type": "application/json" });
         res.end(JSON.stringify(fake.valid(token) ? { ok: true } : { error: { message: "bad token" } }));
       });
-      return rules(u, oauthExtra);
+      return oauthRules(u, oauthExtra);
     },
   });
   open.push({ f, fake });

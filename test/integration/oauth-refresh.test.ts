@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { type BrokerProcess, findSecrets, startBroker } from "../helpers/broker.js";
-import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import { type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 
 const open: { f: Fixture; fake: FakeOAuth; more: BrokerProcess[] }[] = [];
@@ -36,20 +36,7 @@ async function setup() {
         res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
         res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
       });
-      return `version: 1
-upstream_ca: [${JSON.stringify(u.caPath)}]
-resolve:
-  "api.openai.com:443": "127.0.0.1:${u.port}"
-  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
-catalogue: false
-providers:
-  codex-oauth:
-    hosts: [api.openai.com]
-    oauth:
-      issuer: https://${AUTH_HOST}
-      client_id: app_1
-      token_timeout: 2s
-`;
+      return oauthRules(u, "      token_timeout: 2s\n");
     },
   });
   const more: BrokerProcess[] = [];
