@@ -83,8 +83,10 @@ export function statusReport(broker: Broker): StatusReport {
         : { rejectedAt: rejected.at.toISOString(), message: rejected.message },
     ca: { path: broker.ca.certPath, fingerprint: broker.ca.fingerprint256 },
     rules: broker.runtime.rules.origin,
-    providers: providerStatuses(broker.runtime, broker.pools.snapshot()),
     audit: broker.auditHealth(),
+    providers: providerStatuses(broker.runtime, broker.pools.snapshot(), (id) =>
+      broker.logins.members(id).map((e) => e.login),
+    ),
   };
 }
 

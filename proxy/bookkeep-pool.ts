@@ -51,6 +51,27 @@ export function bookkeep(
   return true;
 }
 
+/**
+ * An OAuth login's access token got a 401: refresh that login once (another process may have
+ * done it already). True when the request can be sent again with a new token: its body is in
+ * memory and the login has a token other than the refused one.
+ */
+async function refreshRefused(x: Exchange, log: Logger): Promise<boolean> {
+  const rule = x.provider?.rule;
+  const refresher = x.rt.refresher;
+  if (rule?.oauth === undefined || refresher === undefined || x.secret === undefined) return false;
+  const refused = x.secret.reveal();
+  const id = x.secret.id;
+  const entry = await refresher.refresh(rule.id, id, refused).catch((err: Error) => {
+    log.warn({ provider: rule.id, credential: id }, `refresh after a 401 failed: ${err.message}`);
+    return undefined;
+  });
+  if (entry === undefined || entry.login.state !== "ok" || entry.secret.reveal() === refused) return false;
+  if (x.body === undefined) return false;
+  x.tried.delete(id);
+  return true;
+}
+
 /** The JSON body with its "model" renamed for the fallback provider, when the rules map it. */
 function mapModel(body: Buffer, models: Readonly<Record<string, string>> | undefined): Buffer {
   if (models === undefined) return body;
@@ -142,6 +163,13 @@ export async function forwardWithPool(
       }
       emitHeld(x, held);
       return result;
+    }
+    if (!reauthorized && held.status === 401 && (await refreshRefused(x, log))) {
+      // The upstream refused an OAuth access token: refreshed once, the request is sent again.
+      reauthorized = true;
+      await prepareAttempt(x);
+      result = await forward(agent, x, { hold: holdFor(x) });
+      continue;
     }
     const marked = bookkeep(x, held, log, onEvent);
     // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.

@@ -3,6 +3,8 @@
 import { timingSafeEqual } from "node:crypto";
 import { hostMatches } from "../rules/host-pattern.js";
 import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
+import type { OAuthLogins } from "../secrets/oauth/logins.js";
+import type { Refresher } from "../secrets/oauth/refresher.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
@@ -44,6 +46,10 @@ export class Runtime {
   readonly clients: ReadonlyMap<string, ClientState>;
   /** Authorizers of service-account providers, set up by the broker (they need its agent). */
   readonly upstreamAuth = new Map<string, UpstreamAuth>();
+  /** The OAuth logins of every provider, kept by the broker across reloads. */
+  logins: OAuthLogins | undefined;
+  /** Refreshes OAuth logins (SPEC §8), set up by the broker with its agent. */
+  refresher: Refresher | undefined;
   readonly #exactHosts = new Map<string, ProviderState>();
   readonly #wildcards: ProviderState[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
@@ -87,11 +93,13 @@ export class Runtime {
       rules.providers.map(async (rule) => {
         const refs = authRefs(rule) ?? rule.credentials;
         const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
-        // A service account needs every part of it; a pool needs one member.
+        // A service account needs every part of it; a pool needs one member; an OAuth
+        // provider's logins come and go with the token store, so it is always served.
         const active =
-          rule.auth === undefined
+          rule.oauth !== undefined ||
+          (rule.auth === undefined
             ? resolutions.some((r) => r.secret !== undefined)
-            : resolutions.every((r) => r.secret !== undefined);
+            : resolutions.every((r) => r.secret !== undefined));
         providers.set(rule.id, { rule, resolutions, active, intercepted: active || !rule.fromCatalogue });
       }),
     );
@@ -124,6 +132,7 @@ export class Runtime {
         const s = this.resolver.peek(ref);
         if (s !== undefined) values.add(s.reveal());
       }
+      for (const e of this.logins?.members(provider) ?? []) values.add(e.secret.reveal());
       patterns = new ScrubPatterns([...values].map((secret) => ({ secret, replacement })));
       if (this.#scrubCache.size >= 1000) this.#scrubCache.clear();
       this.#scrubCache.set(key, patterns);

@@ -18,9 +18,14 @@ import type { Logger } from "../core/log.js";
 import { VERSION } from "../core/version.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
-import type { Rules } from "../rules/types.js";
+import type { ProviderRule, Rules } from "../rules/types.js";
+import { OAuthLogins } from "../secrets/oauth/logins.js";
+import { OAuthClient } from "../secrets/oauth/oauth-client.js";
+import { Refresher } from "../secrets/oauth/refresher.js";
+import { FileTokenStore } from "../secrets/oauth/token-store.js";
 import { PoolState } from "../secrets/pool.js";
 import { mayMark } from "../secrets/quota.js";
+import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
@@ -111,6 +116,9 @@ export class Broker {
   readonly #adminToken: string;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
+  /** OAuth logins from the token store, followed as they change (SPEC §8). */
+  readonly logins: OAuthLogins;
+  readonly #refresher: Refresher;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();
@@ -124,6 +132,19 @@ export class Broker {
     this.#minter = new LeafMinter(ca);
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
+    this.logins = new OAuthLogins(new FileTokenStore(opts.home), {
+      // A login replaced by a new `auth add` starts without the old one's marks.
+      onReplaced: (provider, id) => this.pools.reset(provider, id),
+      warn: (message) => opts.log.warn(message),
+      onEvent: (decision, provider, credential, fingerprint) =>
+        this.#audit?.record({
+          decision,
+          provider,
+          credential,
+          ...(fingerprint === undefined ? {} : { fingerprint }),
+        }),
+    });
+    this.#refresher = this.#createRefresher();
     this.#setUpAuth(rt);
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
@@ -171,7 +192,9 @@ export class Broker {
   static async create(opts: BrokerOptions): Promise<Broker> {
     const ca = loadOrCreateCa(opts.home);
     const rt = await Broker.#buildRuntime(opts, opts.rules);
-    return new Broker(opts, ca, rt);
+    const broker = new Broker(opts, ca, rt);
+    await broker.logins.open();
+    return broker;
   }
 
   static #buildRuntime(opts: BrokerOptions, rules: Rules): Promise<Runtime> {
@@ -209,10 +232,63 @@ export class Broker {
   }
 
   #setUpAuth(rt: Runtime): void {
+    rt.logins = this.logins;
+    rt.refresher = this.#refresher;
     for (const p of rt.providers.values()) {
       const auth = createUpstreamAuth(p.rule, rt.resolver, () => this.#agent);
       if (auth !== undefined) rt.upstreamAuth.set(p.rule.id, auth);
     }
+  }
+
+  /** The refresher of OAuth logins: the broker's agent, the current rules' clients, the audit log. */
+  #createRefresher(): Refresher {
+    const clients = new WeakMap<ProviderRule, OAuthClient>();
+    const refresher = new Refresher({
+      logins: this.logins,
+      rule: (provider) => this.#rt.providers.get(provider)?.rule,
+      client: (provider) => {
+        const rule = this.#rt.providers.get(provider)?.rule;
+        if (rule?.oauth === undefined) return undefined;
+        let client = clients.get(rule);
+        if (client === undefined) {
+          const spec = rule.oauth;
+          const resolver = this.#rt.resolver;
+          client = new OAuthClient(
+            provider,
+            spec,
+            () => this.#agent,
+            async () =>
+              spec.clientSecret === undefined
+                ? undefined
+                : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
+          );
+          clients.set(rule, client);
+        }
+        return client;
+      },
+      onEvent: (decision, login, detail) => {
+        const fingerprint = fingerprintOf(login.accessToken);
+        this.#audit?.record({
+          decision,
+          provider: login.provider,
+          credential: login.id,
+          fingerprint,
+          ...(detail === undefined ? {} : { reason: detail }),
+        });
+        if (decision === "reauth_required") {
+          this.log.warn(
+            { provider: login.provider, credential: login.id },
+            `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run keybroker auth add ${login.provider}${login.id === "default" ? "" : ` --label ${login.id}`}`,
+          );
+        }
+      },
+      warn: (message) => this.log.warn(message),
+    });
+    this.logins.listen({
+      onHeld: (login, provider, id) =>
+        login === undefined ? refresher.unschedule(provider, id) : refresher.schedule(login),
+    });
+    return refresher;
   }
 
   #allowsPrivate(rt: Runtime, host: string, port: number): boolean {
@@ -284,6 +360,8 @@ export class Broker {
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#agent.destroy().catch(() => {});
+    this.logins.close();
+    this.#refresher.close();
     this.pools.flush();
     await this.#audit?.close();
     if (this.#opts.advertise && this.#address !== undefined)

@@ -1,18 +1,23 @@
 // What `keybroker status` shows: each provider's credentials with id, source, fingerprint,
 // state and reset time. Built from a runtime and the pool state; never holds a value.
 import type { AuditHealth } from "../audit/audit-log.js";
+import type { StoredLogin } from "../secrets/oauth/login.js";
 import type { CredentialState } from "../secrets/pool.js";
+import { fingerprintOf } from "../secrets/secret.js";
 import type { Runtime } from "./runtime.js";
 
 export interface CredentialStatus {
   readonly id: string;
   readonly source: string | undefined;
   readonly fingerprint: string | undefined;
-  readonly state: CredentialState["state"] | "missing";
+  readonly state: CredentialState["state"] | "missing" | "reauth_required";
   readonly until: string | undefined;
   readonly reason: string | undefined;
   readonly requests: number;
   readonly marks: number;
+  /** OAuth logins: when the access token expires and when it was last refreshed. */
+  readonly expiresAt?: string | undefined;
+  readonly refreshedAt?: string | undefined;
 }
 
 export interface ProviderStatus {
@@ -44,9 +49,28 @@ export interface StatusReport {
   readonly audit?: readonly AuditHealth[];
 }
 
+/** An OAuth login as a pool credential: its marks, or reauth_required, and its token's times. */
+function loginStatus(login: StoredLogin, s: CredentialState | undefined): CredentialStatus {
+  const iso = (t: number | undefined) => (t === undefined ? undefined : new Date(t).toISOString());
+  return {
+    id: login.id,
+    source: "oauth",
+    fingerprint: fingerprintOf(login.accessToken),
+    state: login.state === "reauth_required" ? "reauth_required" : (s?.state ?? "ok"),
+    until: iso(s?.until),
+    reason: login.state === "reauth_required" ? login.reason : s?.reason,
+    requests: s?.requests ?? 0,
+    marks: s?.marks ?? 0,
+    expiresAt: iso(login.expiresAt),
+    refreshedAt: iso(login.refreshedAt),
+  };
+}
+
 export function providerStatuses(
   rt: Runtime,
   pools: Record<string, Record<string, CredentialState>>,
+  /** A provider's OAuth logins (from the running broker, or read from the token store). */
+  logins: (provider: string) => readonly StoredLogin[] = () => [],
 ): ProviderStatus[] {
   const out: ProviderStatus[] = [];
   for (const p of rt.providers.values()) {
@@ -57,22 +81,26 @@ export function providerStatuses(
       active: p.active,
       hosts: p.rule.hosts.map((h) => h.source),
       mount: p.rule.mount,
-      note: p.rule.id.endsWith("-oauth")
-        ? "authenticates only with OAuth logins (keybroker auth add)"
-        : undefined,
-      credentials: p.resolutions.map((r) => {
-        const s = states[r.ref];
-        return {
-          id: r.ref,
-          source: r.secret?.source,
-          fingerprint: r.secret?.fingerprint,
-          state: r.secret === undefined ? "missing" : (s?.state ?? "ok"),
-          until: s?.until === undefined ? undefined : new Date(s.until).toISOString(),
-          reason: s?.reason,
-          requests: s?.requests ?? 0,
-          marks: s?.marks ?? 0,
-        };
-      }),
+      note:
+        p.rule.oauth !== undefined
+          ? `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`
+          : undefined,
+      credentials:
+        p.rule.oauth !== undefined
+          ? logins(p.rule.id).map((l) => loginStatus(l, states[l.id]))
+          : p.resolutions.map((r) => {
+              const s = states[r.ref];
+              return {
+                id: r.ref,
+                source: r.secret?.source,
+                fingerprint: r.secret?.fingerprint,
+                state: r.secret === undefined ? "missing" : (s?.state ?? "ok"),
+                until: s?.until === undefined ? undefined : new Date(s.until).toISOString(),
+                reason: s?.reason,
+                requests: s?.requests ?? 0,
+                marks: s?.marks ?? 0,
+              };
+            }),
     });
   }
   return out;
@@ -138,7 +166,11 @@ export function formatStatus(report: StatusReport): string {
       const from = c.source === undefined ? "no value" : `${c.source} ${c.fingerprint}`;
       const until = c.until === undefined ? "" : ` until ${c.until}`;
       const reason = c.reason === undefined ? "" : ` (${c.reason})`;
-      lines.push(`  ${c.id}  ${from}  ${c.state}${until}${reason}  requests ${c.requests}`);
+      const token =
+        c.source === "oauth"
+          ? `  expires ${c.expiresAt ?? "unknown"}  refreshed ${c.refreshedAt ?? "never"}`
+          : "";
+      lines.push(`  ${c.id}  ${from}  ${c.state}${until}${reason}${token}  requests ${c.requests}`);
     }
   }
   return lines.join("\n");

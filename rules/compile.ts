@@ -11,6 +11,7 @@ import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schem
 import type {
   ClientRule,
   InjectSpec,
+  OAuthSpec,
   PolicyRule,
   ProviderAuth,
   ProviderRule,
@@ -174,12 +175,14 @@ function compileProvider(
   fromCatalogue: boolean,
   ctx: Context,
 ): ProviderRule {
-  const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry);
+  const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry, input.oauth !== undefined);
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
   // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
-  const defaultCredentials = isOAuthOnly(id) || input.auth !== undefined ? [] : [env];
+  // An OAuth provider's credentials are its logins (SPEC §8), kept in the token store.
+  const defaultCredentials =
+    isOAuthOnly(id) || input.auth !== undefined || input.oauth !== undefined ? [] : [env];
   const credentials = (input.credentials ?? defaultCredentials).map((r) =>
     absoluteCredentialRef(r, ctx.baseDir, ctx.userHome),
   );
@@ -214,25 +217,54 @@ function compileProvider(
     ...(mount === undefined ? {} : { mount }),
     ...(upstream === undefined ? {} : { upstream }),
     ...(auth === undefined ? {} : { auth }),
-    ...(oauth === undefined
-      ? {}
-      : {
-          oauth: {
-            ...(oauth.device_authorization_endpoint === undefined
-              ? {}
-              : { deviceAuthorizationEndpoint: oauth.device_authorization_endpoint }),
-            ...(oauth.authorization_endpoint === undefined
-              ? {}
-              : { authorizationEndpoint: oauth.authorization_endpoint }),
-            tokenEndpoint: oauth.token_endpoint,
-            clientId: oauth.client_id,
-            scopes: [...(oauth.scopes ?? [])],
-            ...(oauth.redirect_uri === undefined ? {} : { redirectUri: oauth.redirect_uri }),
-          },
-        }),
+    ...(oauth === undefined ? {} : { oauth: compileOAuth(oauth, ctx) }),
     allowPrivateUpstream: input.allow_private_upstream ?? false,
     ...durationField("timeoutMs", input.timeout),
     fromCatalogue,
+  };
+}
+
+export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
+export const DEFAULT_OAUTH_TOKEN_TIMEOUT_MS = 10_000;
+
+function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context): OAuthSpec {
+  const grant =
+    oauth.grant ??
+    (oauth.device_authorization_endpoint !== undefined
+      ? "device"
+      : oauth.authorization_endpoint !== undefined
+        ? "pkce"
+        : "device");
+  const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } =>
+    (value === undefined ? {} : { [key]: value }) as { [P in K]?: string };
+  return {
+    grant,
+    ...optional("issuer", oauth.issuer),
+    ...optional("deviceAuthorizationEndpoint", oauth.device_authorization_endpoint),
+    ...optional("authorizationEndpoint", oauth.authorization_endpoint),
+    ...optional("tokenEndpoint", oauth.token_endpoint),
+    ...optional("revocationEndpoint", oauth.revocation_endpoint),
+    clientId: oauth.client_id,
+    ...optional(
+      "clientSecret",
+      oauth.client_secret === undefined
+        ? undefined
+        : absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome),
+    ),
+    clientAuth: oauth.client_secret === undefined ? "none" : (oauth.client_auth ?? "client_secret_basic"),
+    scopes: [...(oauth.scopes ?? [])],
+    authorizeParams: { ...(oauth.authorize_params ?? {}) },
+    tokenParams: { ...(oauth.token_params ?? {}) },
+    ...optional("redirectUri", oauth.redirect_uri),
+    tokenHeaders: Object.fromEntries(
+      Object.entries(oauth.token_headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]),
+    ),
+    maxResponseBytes:
+      (oauth.max_response_bytes === undefined ? undefined : parseByteSize(oauth.max_response_bytes)) ??
+      DEFAULT_OAUTH_MAX_RESPONSE_BYTES,
+    tokenTimeoutMs:
+      (oauth.token_timeout === undefined ? undefined : parseDuration(oauth.token_timeout)) ??
+      DEFAULT_OAUTH_TOKEN_TIMEOUT_MS,
   };
 }
 

@@ -120,7 +120,12 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     }
 
     const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    const env = effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry);
+    const env = effectivePlaceholderEnv(
+      id,
+      placeholder.env,
+      provider.catalogueEntry,
+      input.oauth !== undefined,
+    );
     const envOwner = envOwners.get(env);
     if (envOwner === undefined) envOwners.set(env, provider);
     else {
@@ -130,6 +135,19 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       });
     }
 
+    if (input.oauth !== undefined && input.credentials !== undefined && !isOAuthOnly(id)) {
+      problems.push({
+        path: at("credentials"),
+        message:
+          "an OAuth provider's credentials are its logins (keybroker auth add) — remove credentials, or the oauth block",
+      });
+    }
+    if (input.oauth !== undefined && input.auth !== undefined) {
+      problems.push({
+        path: at("oauth"),
+        message: "a provider authenticates with either auth (a service account) or oauth — remove one",
+      });
+    }
     if (isOAuthOnly(id)) {
       if (input.oauth === undefined) {
         problems.push({

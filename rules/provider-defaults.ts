@@ -57,12 +57,21 @@ export function effectiveMount(id: string, mount: unknown, upstream: unknown): s
   return typeof upstream === "string" ? `/p/${id}` : undefined;
 }
 
-/** The placeholder variable: the entry's, else the catalogue's, else `<ID>_API_KEY`. */
+/** `codex-oauth` → `CODEX_OAUTH_ACCESS_TOKEN`: an OAuth provider's placeholder variable. */
+export function derivedTokenEnvName(id: string): string {
+  return `${id.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_ACCESS_TOKEN`;
+}
+
+/**
+ * The placeholder variable: the entry's, else the catalogue's, else `<ID>_ACCESS_TOKEN` for a
+ * provider with an oauth block and `<ID>_API_KEY` for any other.
+ */
 export function effectivePlaceholderEnv(
   id: string,
   placeholderEnv: unknown,
   catalogueEntry?: ProviderInput,
+  oauth = false,
 ): string {
   if (typeof placeholderEnv === "string") return placeholderEnv;
-  return catalogueEntry?.placeholder?.env ?? derivedEnvName(id);
+  return catalogueEntry?.placeholder?.env ?? (oauth ? derivedTokenEnvName(id) : derivedEnvName(id));
 }

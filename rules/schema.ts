@@ -369,18 +369,103 @@ const authSchema = strict({
   }
 });
 
+/** Parameters keybroker sets itself in OAuth requests: not overridable by extra parameters. */
+const RESERVED_OAUTH_PARAMS = new Set([
+  "client_id",
+  "client_secret",
+  "grant_type",
+  "code",
+  "code_verifier",
+  "code_challenge",
+  "code_challenge_method",
+  "device_code",
+  "refresh_token",
+  "redirect_uri",
+  "response_type",
+  "state",
+  "scope",
+]);
+
+const oauthParams = z.record(
+  matching(/^[A-Za-z0-9._~-]+$/, "a parameter name", "is not a valid parameter name").refine(
+    (name) => !RESERVED_OAUTH_PARAMS.has(name),
+    "keybroker sets this parameter itself — remove it",
+  ),
+  z.string(expect("a string")).refine((v) => !/[\r\n\0]/.test(v), "cannot contain line breaks or NUL"),
+  expect("a map of parameter: value"),
+);
+
+/** Where the login's browser is sent back: a loopback http URL with a port, or an https URL. */
+const redirectUriSchema = parsedString("a redirect URI", (value) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error('is not a URL — write "http://127.0.0.1:8765/callback"');
+  }
+  if (url.protocol === "https:") return;
+  if (url.protocol !== "http:" || (url.hostname !== "127.0.0.1" && url.hostname !== "localhost")) {
+    throw new Error("must be http://127.0.0.1:<port>/..., http://localhost:<port>/... or an https:// URL");
+  }
+});
+
+/** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
 const oauthSchema = strict({
+  grant: z.enum(["device", "pkce", "client_credentials"]).optional(),
+  issuer: endpointUrl.optional(),
   device_authorization_endpoint: endpointUrl.optional(),
   authorization_endpoint: endpointUrl.optional(),
-  token_endpoint: endpointUrl,
+  token_endpoint: endpointUrl.optional(),
+  revocation_endpoint: endpointUrl.optional(),
   client_id: nonEmpty(),
+  client_secret: credentialRefSchema.optional(),
+  client_auth: z.enum(["client_secret_basic", "client_secret_post"]).optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
-  redirect_uri: endpointUrl.optional(),
+  authorize_params: oauthParams.optional(),
+  token_params: oauthParams.optional(),
+  redirect_uri: redirectUriSchema.optional(),
+  token_headers: z
+    .record(
+      headerName.refine(
+        (name) => !RESERVED_HEADERS.has(name.toLowerCase()) && !/^(authorization|content-type)$/i.test(name),
+        "keybroker sets this header on token requests itself — remove it",
+      ),
+      headerValue,
+      expect("a map of header: value"),
+    )
+    .optional(),
+  max_response_bytes: byteSize.optional(),
+  token_timeout: positiveDuration.optional(),
 }).superRefine((oauth, ctx) => {
-  if (oauth.device_authorization_endpoint === undefined && oauth.authorization_endpoint === undefined) {
+  const discovered = oauth.issuer !== undefined;
+  const need = (key: keyof typeof oauth, why: string) => {
+    if (oauth[key] === undefined && !discovered) {
+      ctx.addIssue({ code: "custom", path: [key], message: `required key is missing: ${why}` });
+    }
+  };
+  need("token_endpoint", "every grant needs the token endpoint (or set issuer to discover it)");
+  if (oauth.grant === "device") need("device_authorization_endpoint", "grant device needs it (or issuer)");
+  if (oauth.grant === "pkce") need("authorization_endpoint", "grant pkce needs it (or issuer)");
+  if (oauth.grant === "client_credentials" && oauth.client_secret === undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["client_secret"],
+      message:
+        "required key is missing: grant client_credentials needs a client_secret (a credential reference)",
+    });
+  }
+  if (
+    oauth.grant === undefined &&
+    !discovered &&
+    oauth.device_authorization_endpoint === undefined &&
+    oauth.authorization_endpoint === undefined
+  ) {
     ctx.addIssue(
-      "oauth needs device_authorization_endpoint (device grant) or authorization_endpoint (code with PKCE)",
+      "oauth needs device_authorization_endpoint (device grant), authorization_endpoint (code with PKCE), issuer, or grant: client_credentials",
     );
+  }
+  if (oauth.client_auth !== undefined && oauth.client_secret === undefined) {
+    ctx.addIssue({ code: "custom", path: ["client_auth"], message: "client_auth needs a client_secret" });
   }
 });
 

@@ -58,13 +58,33 @@ export interface AwsSigV4Auth {
 
 export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
+export type OAuthGrant = "device" | "pkce" | "client_credentials";
+
+/** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
 export interface OAuthSpec {
+  /** The grant `auth add` uses (or, for client_credentials, the broker itself). */
+  readonly grant: OAuthGrant;
+  /** RFC 8414 issuer: endpoints not listed are discovered from its metadata. */
+  readonly issuer?: string;
   readonly deviceAuthorizationEndpoint?: string;
   readonly authorizationEndpoint?: string;
-  readonly tokenEndpoint: string;
+  readonly tokenEndpoint?: string;
+  readonly revocationEndpoint?: string;
   readonly clientId: string;
+  /** Credential reference of the client secret (confidential clients). */
+  readonly clientSecret?: string;
+  /** How the client secret is sent; `none` for a public client. */
+  readonly clientAuth: "client_secret_basic" | "client_secret_post" | "none";
   readonly scopes: readonly string[];
+  readonly authorizeParams: Readonly<Record<string, string>>;
+  readonly tokenParams: Readonly<Record<string, string>>;
   readonly redirectUri?: string;
+  /** Headers set on every request to the authorization server. */
+  readonly tokenHeaders: Readonly<Record<string, string>>;
+  /** Cap on every answer read from the authorization server. */
+  readonly maxResponseBytes: number;
+  /** Time limit of every request to the authorization server. */
+  readonly tokenTimeoutMs: number;
 }
 
 export interface ProviderRule {

@@ -5,16 +5,26 @@ import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker } from "../context.js";
 import { readRules } from "../read-rules.js";
+import { addLogin, removeLogin } from "./auth-login.js";
 import { EXIT_NOT_RUNNING, status } from "./status.js";
 
 export const auth: Command = {
   name: "auth",
-  help: `Usage: keybroker auth add <provider>
+  help: `Usage: keybroker auth add <provider> [--label NAME] [--flow device|pkce] [--port N]
+                                [--no-browser] [--timeout 10m]
+       keybroker auth remove <provider> --credential ID
        keybroker auth list [--json]
        keybroker auth reset <provider> [--credential ID] [--port N]
 
-  add      for an API-key provider, says where its key is read from (nothing is stored)
-  list     each provider's credentials and their state (as keybroker status)
+  add      for an OAuth provider, logs in once (device grant, or a code with PKCE and a
+           loopback callback at http://127.0.0.1:<port>/callback) and stores the tokens in the
+           home's token store as one credential of the provider's pool (--label names it,
+           default "default"; the same label again replaces it). The URL is always printed;
+           the browser is opened unless --no-browser. --timeout is the longest wait for the
+           browser to come back (default 10m). For an API-key provider, says where its key
+           is read from (nothing is stored).
+  remove   deletes an OAuth login, revoking it where the provider has a revocation endpoint
+  list     each provider's credentials and logins and their state (as keybroker status)
   reset    clears usage_limit_reached and invalid marks of a provider's credentials (or of
            one, with --credential), in the running broker and on disk; with several
            brokers running for the home, --port N names the one
@@ -23,7 +33,15 @@ ${COMMON_HELP}`,
   async run(argv) {
     const { values, positionals } = parse(
       argv,
-      { credential: { type: "string" }, json: { type: "boolean" }, port: { type: "string" } },
+      {
+        credential: { type: "string" },
+        json: { type: "boolean" },
+        label: { type: "string" },
+        flow: { type: "string" },
+        port: { type: "string" },
+        "no-browser": { type: "boolean" },
+        timeout: { type: "string" },
+      },
       true,
     );
     const [action, provider, ...extra] = positionals;
@@ -35,8 +53,8 @@ ${COMMON_HELP}`,
       const code = await status.run(rest);
       return code === EXIT_NOT_RUNNING ? 0 : code;
     }
-    if (action !== "add" && action !== "reset")
-      throw new UsageError("expected: keybroker auth add|list|reset ...");
+    if (action !== "add" && action !== "reset" && action !== "remove")
+      throw new UsageError("expected: keybroker auth add|remove|list|reset ...");
     if (provider === undefined) throw new UsageError(`keybroker auth ${action} needs a provider id`);
     const { rules } = readRules(ctx, values.config);
     const rule = rules.providers.find((p) => p.id === provider);
@@ -47,7 +65,13 @@ ${COMMON_HELP}`,
     }
     if (action === "add") {
       if (rule.oauth !== undefined) {
-        throw new UserError(`OAuth logins for "${provider}" are not supported by this version of keybroker`);
+        return addLogin(ctx, rules, rule, {
+          label: values.label,
+          flow: values.flow,
+          port: values.port,
+          noBrowser: values["no-browser"],
+          timeout: values.timeout,
+        });
       }
       ctx.out(`${provider} uses API keys; keybroker stores nothing for it. It reads, in pool order:`);
       for (const ref of rule.credentials) ctx.out(`  ${ref}`);
@@ -57,7 +81,20 @@ ${COMMON_HELP}`,
       ctx.out("Set the key there, then run: keybroker check");
       return 0;
     }
-    if (values.credential !== undefined && !rule.credentials.includes(values.credential)) {
+    if (action === "remove") {
+      if (rule.oauth === undefined) {
+        throw new UserError(
+          `${provider} uses API keys, which keybroker does not store: remove the key where it is set`,
+        );
+      }
+      return removeLogin(ctx, rules, rule, values.credential);
+    }
+    // An OAuth provider's credentials are its logins: any id may hold marks.
+    if (
+      values.credential !== undefined &&
+      rule.oauth === undefined &&
+      !rule.credentials.includes(values.credential)
+    ) {
       throw new UserError(
         `provider "${provider}" has no credential "${values.credential}"; its credentials: ${rule.credentials.join(", ")}`,
       );

@@ -1,8 +1,10 @@
 import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
-import { isOAuthOnly } from "../../rules/provider-defaults.js";
+import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
+import { describeLogin } from "../../secrets/oauth/login.js";
+import { readLogins } from "../../secrets/oauth/token-store.js";
 import {
   type Attempt,
   describeAttempt,
@@ -50,7 +52,7 @@ ${COMMON_HELP}`,
     let active = 0;
     for (const p of rt.providers.values()) {
       if (!p.active && p.rule.fromCatalogue) continue;
-      const report = await reportProvider(p, rules, resolver, ctx.out);
+      const report = await reportProvider(p, rules, resolver, ctx.out, ctx.home);
       if (report.usable) active++;
       problems.push(...report.problems);
     }
@@ -99,14 +101,24 @@ async function reportProvider(
   rules: Rules,
   resolver: SecretResolver,
   out: (line: string) => void,
+  home: string,
 ): Promise<Report> {
   const rule = p.rule;
   const id = rule.id;
-  if (isOAuthOnly(id) && rule.credentials.length === 0) {
-    out(
-      `${id}: inactive — it authenticates only with OAuth logins, which this version of keybroker cannot make yet; it never reads ${rule.placeholder.env} or any other API key`,
-    );
-    return { usable: false, problems: [] };
+  if (rule.oauth !== undefined) {
+    const logins = (await readLogins(home)).filter((l) => l.provider === id);
+    const never = isOAuthOnly(id) ? `; it never reads ${derivedEnvName(id)} or any other API key` : "";
+    if (logins.length === 0) {
+      out(
+        `${id}: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add ${id})${never}`,
+      );
+      return { usable: false, problems: [] };
+    }
+    out(`${id}: ${logins.length} OAuth login${logins.length === 1 ? "" : "s"}${never}`);
+    for (const l of logins.map(describeLogin)) {
+      out(`  ${l.id}: ${l.state}${l.expiresAt === undefined ? "" : `, access token until ${l.expiresAt}`}`);
+    }
+    return { usable: logins.some((l) => l.state === "ok"), problems: [] };
   }
   if (rule.auth !== undefined) return reportServiceAccount(rule, rules, resolver, out);
   out(`${id}: ${p.active ? "active" : "NO CREDENTIAL"}`);

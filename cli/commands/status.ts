@@ -5,6 +5,7 @@ import { CA_CERT_FILE, CA_DIR } from "../../certs/ca.js";
 import { VERSION } from "../../core/version.js";
 import { Runtime } from "../../proxy/runtime.js";
 import { formatStatus, providerStatuses, type StatusReport } from "../../proxy/status.js";
+import { readLogins } from "../../secrets/oauth/token-store.js";
 import { readPoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
@@ -67,6 +68,7 @@ async function savedState(ctx: Context, config: string | undefined): Promise<Sta
   const { rules } = readRules(ctx, config);
   // Placeholders are not shown: a throwaway key keeps the home's own key from being created.
   const rt = await Runtime.build(rules, localResolver(ctx, rules), Buffer.alloc(32));
+  const logins = await readLogins(ctx.home);
   const caPath = join(ctx.home, CA_DIR, CA_CERT_FILE);
   return {
     running: false,
@@ -78,6 +80,6 @@ async function savedState(ctx: Context, config: string | undefined): Promise<Sta
       : undefined,
     rules: rules.origin,
     missingHome: existsSync(ctx.home) ? undefined : ctx.home,
-    providers: providerStatuses(rt, readPoolState(ctx.home)),
+    providers: providerStatuses(rt, readPoolState(ctx.home), (id) => logins.filter((l) => l.provider === id)),
   };
 }

@@ -1,6 +1,8 @@
 // Chooses the credential a request uses from its provider's pool, and reads ahead the request
 // body when a quota answer may have to be retried on another credential.
 import { BrokerError } from "../../core/errors.js";
+import type { LoginEntry } from "../../secrets/oauth/logins.js";
+import { isExpired } from "../../secrets/oauth/refresher.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
@@ -8,11 +10,18 @@ import { applyCredential, applyHeaderRules } from "./inject.js";
 
 export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
 
+/** The ids of the provider's pool: its credential references, or its OAuth logins. */
+export function poolIds(x: Exchange): readonly string[] {
+  const rule = x.provider!.rule;
+  if (rule.oauth === undefined) return rule.credentials;
+  return (x.rt.logins?.members(rule.id) ?? []).map((e) => e.login.id);
+}
+
 /** A request can move to another credential (or a fallback) when there is one to move to. */
 export function hasAlternatives(x: Exchange): boolean {
   const provider = x.provider!;
   return (
-    provider.rule.credentials.length > 1 ||
+    poolIds(x).length > 1 ||
     (x.mode === "reverse" && (x.rt.rules.fallbacks[provider.rule.id]?.length ?? 0) > 0)
   );
 }
@@ -87,6 +96,7 @@ type Member = { id: string; fingerprint: string; secret: Secret };
  */
 function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
+  if (rule.oauth !== undefined) return loginMembers(x);
   const out: Member[] = [];
   // No credentials at all: membersWithValues explains that.
   if (rule.credentials.length === 0) return membersWithValues(x);
@@ -97,6 +107,68 @@ function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
     if (!x.tried.has(ref)) out.push({ id: ref, fingerprint: secret.fingerprint, secret });
   }
   return out;
+}
+
+/**
+ * The OAuth logins not yet tried that do not need a person. A login whose access token has
+ * expired (its refresh ahead of time did not happen: a sleep, a failing server) is refreshed
+ * first; none usable at all is `reauth_required`, none with a valid token `credential_unavailable`.
+ */
+function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
+  const rule = x.provider!.rule;
+  const entries = x.rt.logins?.members(rule.id) ?? [];
+  const now = Date.now();
+  const expired = entries.filter(
+    (e) => e.login.state === "ok" && !x.tried.has(e.login.id) && isExpired(e.login, now),
+  );
+  if (expired.length === 0 || x.rt.refresher === undefined) return usableLogins(x, entries, false);
+  const refresher = x.rt.refresher;
+  return Promise.allSettled(
+    expired.map((e) => refresher.refresh(rule.id, e.login.id, e.login.accessToken)),
+  ).then((results) =>
+    usableLogins(
+      x,
+      x.rt.logins?.members(rule.id) ?? [],
+      results.some((r) => r.status === "rejected"),
+    ),
+  );
+}
+
+function usableLogins(x: Exchange, entries: readonly LoginEntry[], failed: boolean): Member[] {
+  const rule = x.provider!.rule;
+  const now = Date.now();
+  const out: Member[] = [];
+  let usable = 0;
+  for (const { login, secret } of entries) {
+    if (login.state === "reauth_required") continue;
+    usable++;
+    if (!x.tried.has(login.id) && !isExpired(login, now)) {
+      out.push({ id: login.id, fingerprint: secret.fingerprint, secret });
+    }
+  }
+  if (usable === 0) {
+    const stuck = entries.map((e) => e.login.id);
+    throw new BrokerError(
+      "reauth_required",
+      stuck.length === 0
+        ? `provider "${rule.id}" has no OAuth login`
+        : `every OAuth login of provider "${rule.id}" needs a new login: ${stuck.join(", ")}`,
+      { provider: rule.id, hint: `keybroker auth add ${rule.id}${labelFlag(stuck[0])}` },
+    );
+  }
+  if (out.length === 0 && x.tried.size === 0) {
+    throw new BrokerError(
+      "credential_unavailable",
+      `no OAuth login of provider "${rule.id}" has a valid access token${failed ? ": refreshing failed, keybroker will try again" : ""}`,
+      { provider: rule.id, hint: "retry shortly; keybroker status shows each login's expiry" },
+    );
+  }
+  return out;
+}
+
+/** ` --label NAME` for a login other than the default one. */
+export function labelFlag(id: string | undefined): string {
+  return id === undefined || id === "default" ? "" : ` --label ${id}`;
 }
 
 /** Every pool member that has a value now, in pool order. */
@@ -143,9 +215,10 @@ function choose(x: Exchange, members: Member[]): void {
     x.client.rule.name,
   );
   if (chosen === undefined) {
-    const earliest = x.pools.earliestReset(rule.id, rule.credentials);
+    const ids = poolIds(x);
+    const earliest = x.pools.earliestReset(rule.id, ids);
     const seconds = earliest === undefined ? 60 : Math.max(1, Math.ceil((earliest - Date.now()) / 1000));
-    const states = rule.credentials
+    const states = ids
       .map((id) => {
         const s = x.pools.get(rule.id, id);
         return `${id}: ${s.state}${s.reason ? ` (${s.reason})` : ""}`;

@@ -216,7 +216,7 @@ describe("secrets from Infisical, .env and the environment, end to end", () => {
     });
     expect(r.status).toBe(1);
     expect(r.stdout).toContain(
-      "codex-oauth: inactive — it authenticates only with OAuth logins, which this version of keybroker cannot make yet; it never reads CODEX_OAUTH_API_KEY",
+      "codex-oauth: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add codex-oauth); it never reads CODEX_OAUTH_API_KEY or any other API key",
     );
     expect(r.stdout).toContain("mine: NO CREDENTIAL");
     expect(r.stdout).toContain("MINE_API_KEY: not found (infisical: missing, dotenv: empty, env: missing)");

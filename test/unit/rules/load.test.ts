@@ -397,13 +397,126 @@ describe("compiling", () => {
     );
     const codex = provider(rules, "codex-oauth");
     expect(codex.credentials).toEqual([]);
-    expect(codex.placeholder.env).toBe("CODEX_OAUTH_API_KEY");
+    expect(codex.placeholder.env).toBe("CODEX_OAUTH_ACCESS_TOKEN");
+    expect(codex.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     expect(codex.oauth).toEqual({
+      grant: "device",
       deviceAuthorizationEndpoint: "https://auth.example.com/device",
       tokenEndpoint: "https://auth.example.com/token",
       clientId: "app_1",
+      clientAuth: "none",
       scopes: [],
+      authorizeParams: {},
+      tokenParams: {},
+      tokenHeaders: {},
+      maxResponseBytes: 1024 * 1024,
+      tokenTimeoutMs: 10_000,
     });
+  });
+
+  it("compiles every key of an oauth block", () => {
+    const rules = parse(
+      [
+        "providers:",
+        "  partner:",
+        "    hosts: [api.partner.example]",
+        "    oauth:",
+        "      grant: pkce",
+        "      issuer: https://idp.partner.example",
+        "      revocation_endpoint: https://idp.partner.example/revoke",
+        "      client_id: svc-1",
+        "      client_secret: env:PARTNER_SECRET",
+        "      client_auth: client_secret_post",
+        "      scopes: [read, offline_access]",
+        "      authorize_params: { audience: api }",
+        "      token_params: { resource: https://api.partner.example }",
+        "      redirect_uri: http://localhost:9000/cb",
+        "      token_headers: { User-Agent: kb/1 }",
+        "      max_response_bytes: 64KiB",
+        "      token_timeout: 2s",
+      ].join("\n"),
+    );
+    const partner = provider(rules, "partner");
+    expect(partner.credentials).toEqual([]);
+    expect(partner.placeholder.env).toBe("PARTNER_ACCESS_TOKEN");
+    expect(partner.oauth).toEqual({
+      grant: "pkce",
+      issuer: "https://idp.partner.example",
+      revocationEndpoint: "https://idp.partner.example/revoke",
+      clientId: "svc-1",
+      clientSecret: "env:PARTNER_SECRET",
+      clientAuth: "client_secret_post",
+      scopes: ["read", "offline_access"],
+      authorizeParams: { audience: "api" },
+      tokenParams: { resource: "https://api.partner.example" },
+      redirectUri: "http://localhost:9000/cb",
+      tokenHeaders: { "user-agent": "kb/1" },
+      maxResponseBytes: 64 * 1024,
+      tokenTimeoutMs: 2000,
+    });
+  });
+
+  it("names the path of every oauth mistake", () => {
+    const found = problems(
+      [
+        "providers:",
+        "  p:",
+        "    hosts: [p.example]",
+        "    credentials: [P_KEY]",
+        "    oauth:",
+        "      grant: client_credentials",
+        "      client_id: c",
+        "      scope: [x]",
+        "      token_params: { grant_type: password }",
+        "      redirect_uri: http://example.com/cb",
+        "      token_headers: { authorization: x }",
+        "      token_timeout: 0s",
+      ].join("\n"),
+    );
+    expect(found).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          path: "providers.p.oauth",
+          message: expect.stringContaining('unknown key "scope"'),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.token_params.grant_type",
+          message: expect.stringContaining("sets this parameter itself"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.redirect_uri",
+          message: expect.stringContaining("http://127.0.0.1:<port>"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.token_headers.authorization",
+          message: expect.stringContaining("itself"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.token_timeout",
+          message: expect.stringContaining("more than zero"),
+        }),
+      ]),
+    );
+    const missing = problems(
+      "providers:\n  p:\n    hosts: [p.example]\n    oauth: { grant: client_credentials, client_id: c }\n",
+    );
+    expect(missing).toMatchObject([
+      expect.objectContaining({
+        path: "providers.p.oauth.token_endpoint",
+        message: expect.stringContaining("required key is missing"),
+      }),
+      expect.objectContaining({
+        path: "providers.p.oauth.client_secret",
+        message: expect.stringContaining("client_credentials needs"),
+      }),
+    ]);
+    expect(
+      problems(
+        "providers:\n  p:\n    hosts: [p.example]\n    credentials: [K]\n    oauth: { token_endpoint: https://a.example/t, client_id: c, device_authorization_endpoint: https://a.example/d }\n",
+      ),
+    ).toMatchObject([
+      { path: "providers.p.credentials", message: expect.stringContaining("credentials are its logins") },
+    ]);
   });
 
   it("rejects an -oauth provider with credentials or without oauth", () => {

@@ -1,0 +1,165 @@
+// `keybroker auth add|remove|list` for OAuth providers (SPEC §8): makes a login with the
+// device grant or a code with PKCE, stores it only once complete, and deletes (revoking) one.
+import { spawn } from "node:child_process";
+import { UserError } from "../../core/errors.js";
+import type { ProviderRule, Rules } from "../../rules/types.js";
+import { parseDuration } from "../../rules/units.js";
+import { deviceLogin } from "../../secrets/oauth/device-login.js";
+import { checkLabel, DEFAULT_LABEL, describeLogin, type StoredLogin } from "../../secrets/oauth/login.js";
+import { createOAuthAgent } from "../../secrets/oauth/oauth-agent.js";
+import { OAuthClient } from "../../secrets/oauth/oauth-client.js";
+import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
+import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { PoolState } from "../../secrets/pool.js";
+import { UsageError } from "../args.js";
+import type { Context } from "../context.js";
+import { findRunningBroker, localResolver } from "../context.js";
+
+export interface AddOptions {
+  readonly label?: string | undefined;
+  readonly flow?: string | undefined;
+  readonly port?: string | undefined;
+  readonly noBrowser?: boolean | undefined;
+  readonly timeout?: string | undefined;
+}
+
+function oauthClient(
+  ctx: Context,
+  rules: Rules,
+  rule: ProviderRule,
+): { client: OAuthClient; close: () => void } {
+  const spec = rule.oauth!;
+  const agent = createOAuthAgent(rules);
+  const resolver = localResolver(ctx, rules);
+  const client = new OAuthClient(rule.id, spec, agent, async () =>
+    spec.clientSecret === undefined
+      ? undefined
+      : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
+  );
+  return { client, close: () => void agent.close().catch(() => {}) };
+}
+
+/** Opens a URL with the platform's opener, where there is one; the URL is printed anyway. */
+function openBrowser(url: string): void {
+  const opener =
+    process.platform === "darwin"
+      ? ["open"]
+      : process.platform === "win32"
+        ? ["cmd", "/c", "start", ""]
+        : ["xdg-open"];
+  try {
+    const child = spawn(opener[0]!, [...opener.slice(1), url], { stdio: "ignore", detached: true });
+    child.on("error", () => {});
+    child.unref();
+  } catch {
+    // No opener: the printed URL is enough.
+  }
+}
+
+export async function addLogin(
+  ctx: Context,
+  rules: Rules,
+  rule: ProviderRule,
+  opts: AddOptions,
+): Promise<number> {
+  const spec = rule.oauth!;
+  const label = checkLabel(opts.label ?? DEFAULT_LABEL);
+  const flow = opts.flow ?? spec.grant;
+  if (flow !== "device" && flow !== "pkce") {
+    if (flow === "client_credentials") {
+      throw new UserError(
+        `${rule.id} uses grant client_credentials: it needs no login; the broker fetches its token from client_id and client_secret`,
+      );
+    }
+    throw new UsageError(`--flow: expected device or pkce, got "${flow}"`);
+  }
+  const port = opts.port === undefined ? undefined : Number(opts.port);
+  if (port !== undefined && !(Number.isInteger(port) && port > 0 && port < 65536)) {
+    throw new UsageError(`--port: expected a port number, got "${opts.port}"`);
+  }
+  const waitMs = opts.timeout === undefined ? undefined : parseDuration(opts.timeout);
+  if (opts.timeout !== undefined && (waitMs === undefined || waitMs <= 0)) {
+    throw new UsageError(`--timeout: expected a duration such as 10m, got "${opts.timeout}"`);
+  }
+  const { client, close } = oauthClient(ctx, rules, rule);
+  try {
+    const tokens =
+      flow === "device"
+        ? await deviceLogin(client, ctx.out)
+        : await pkceLogin(client, {
+            ...(port === undefined ? {} : { port }),
+            ...(waitMs === undefined ? {} : { waitMs }),
+            print: ctx.out,
+            ...(opts.noBrowser ? {} : { openBrowser }),
+          });
+    const now = Date.now();
+    const login: StoredLogin = {
+      provider: rule.id,
+      id: label,
+      accessToken: tokens.accessToken,
+      ...(tokens.refreshToken === undefined ? {} : { refreshToken: tokens.refreshToken }),
+      ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
+      issuedAt: now,
+      ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
+      createdAt: now,
+      generation: 1,
+      state: "ok",
+    };
+    await new FileTokenStore(ctx.home).put(login);
+    // A running broker sees the new login and clears the old one's marks itself.
+    if ((await findRunningBroker(ctx.home)) === undefined) {
+      const pools = new PoolState(ctx.home, (m) => ctx.err(`warning: ${m}`));
+      pools.reset(rule.id, label);
+      pools.flush();
+    }
+    const s = describeLogin(login);
+    ctx.out(
+      `${rule.id}: logged in as credential "${label}"${s.expiresAt === undefined ? "" : `, access token valid until ${s.expiresAt}`}${s.refreshable ? "" : " (no refresh token: log in again when it expires)"}`,
+    );
+    return 0;
+  } catch (err) {
+    if (err instanceof UserError || err instanceof UsageError) throw err;
+    throw new UserError(`the login to ${rule.id} failed: ${(err as Error).message}; nothing was stored`);
+  } finally {
+    close();
+  }
+}
+
+export async function removeLogin(
+  ctx: Context,
+  rules: Rules,
+  rule: ProviderRule,
+  credential: string | undefined,
+): Promise<number> {
+  if (credential === undefined) {
+    throw new UsageError(`keybroker auth remove ${rule.id} needs --credential ID (see keybroker auth list)`);
+  }
+  const store = new FileTokenStore(ctx.home);
+  const login = await store.get(rule.id, credential);
+  if (login === undefined) {
+    const ids = (await store.list(rule.id)).map((l) => l.id);
+    throw new UserError(
+      `provider "${rule.id}" has no login "${credential}"; its logins: ${ids.length === 0 ? "none" : ids.join(", ")}`,
+    );
+  }
+  let revoked = false;
+  let warning: string | undefined;
+  const { client, close } = oauthClient(ctx, rules, rule);
+  try {
+    revoked = await client.revoke(
+      login.refreshToken ?? login.accessToken,
+      login.refreshToken ? "refresh_token" : "access_token",
+    );
+  } catch (err) {
+    warning = (err as Error).message;
+  } finally {
+    close();
+  }
+  await store.remove(rule.id, credential);
+  ctx.out(
+    `${rule.id}: removed login "${credential}"${revoked ? " and revoked it at the authorization server" : ""}`,
+  );
+  if (warning !== undefined)
+    ctx.err(`warning: the login was deleted here but revoking it failed: ${warning}`);
+  return 0;
+}

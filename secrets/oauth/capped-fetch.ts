@@ -1,0 +1,102 @@
+// The fetch every OAuth request goes through: keybroker's own upstream agent (so `resolve`,
+// `upstream_ca`, verification and the private-address rule apply), one time limit for the
+// whole exchange, and a cap on the answer's size (SPEC §8). An answer over the cap or late
+// is an error naming the endpoint; nothing of it is returned.
+import { type Dispatcher, fetch as undiciFetch } from "undici";
+
+export class OAuthEndpointError extends Error {
+  override name = "OAuthEndpointError";
+  /** A timeout, a refused connection or a 5xx: trying again later may work. */
+  readonly transient: boolean;
+
+  constructor(message: string, transient: boolean, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.transient = transient;
+  }
+}
+
+export interface CappedFetchOptions {
+  /** The upstream agent, asked on each request (the broker's changes on reload). */
+  readonly dispatcher: Dispatcher | (() => Dispatcher);
+  readonly maxBytes: number;
+  readonly timeoutMs: number;
+  /** Extra headers on every request (`oauth.token_headers`). */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** `https://idp.example/oauth/token` → `https://idp.example/oauth/token` without query. */
+function endpointName(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.origin}${u.pathname}`;
+  } catch {
+    return "the authorization server";
+  }
+}
+
+export function cappedFetch(opts: CappedFetchOptions) {
+  return async (url: string, init: RequestInit): Promise<Response> => {
+    const endpoint = endpointName(url);
+    const timeout = AbortSignal.timeout(opts.timeoutMs);
+    const signal = init.signal ? AbortSignal.any([timeout, init.signal]) : timeout;
+    const headers: Record<string, string> = {};
+    new Headers(init.headers).forEach((v, k) => {
+      headers[k] = v;
+    });
+    for (const [k, v] of Object.entries(opts.headers ?? {})) headers[k] = v;
+    const late = () =>
+      new OAuthEndpointError(
+        `${endpoint} did not answer within ${opts.timeoutMs} ms (oauth.token_timeout)`,
+        true,
+      );
+    let res: Awaited<ReturnType<typeof undiciFetch>>;
+    try {
+      res = await undiciFetch(url, {
+        method: init.method ?? "GET",
+        headers,
+        body: init.body as string | URLSearchParams | null | undefined,
+        redirect: "manual",
+        signal,
+        dispatcher: typeof opts.dispatcher === "function" ? opts.dispatcher() : opts.dispatcher,
+      });
+    } catch (err) {
+      if (timeout.aborted) throw late();
+      if (init.signal?.aborted) throw err;
+      throw new OAuthEndpointError(
+        `cannot reach ${endpoint}: ${(err as Error).cause ?? (err as Error).message}`,
+        true,
+        err,
+      );
+    }
+    const declared = Number(res.headers.get("content-length") ?? Number.NaN);
+    const tooBig = () =>
+      new OAuthEndpointError(
+        `${endpoint} answered more than ${opts.maxBytes} bytes (oauth.max_response_bytes); nothing was kept`,
+        false,
+      );
+    if (declared > opts.maxBytes) {
+      await res.body?.cancel().catch(() => {});
+      throw tooBig();
+    }
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of res.body ?? []) {
+        size += chunk.length;
+        if (size > opts.maxBytes) throw tooBig();
+        chunks.push(chunk);
+      }
+    } catch (err) {
+      await res.body?.cancel().catch(() => {});
+      if (err instanceof OAuthEndpointError) throw err;
+      if (timeout.aborted) throw late();
+      throw new OAuthEndpointError(`${endpoint} broke off its answer: ${(err as Error).message}`, true, err);
+    }
+    const empty = res.status === 204 || res.status === 205 || res.status === 304;
+    return new Response(empty ? null : Buffer.concat(chunks), {
+      status: res.status,
+      statusText: res.statusText,
+      headers: [...res.headers],
+    });
+  };
+}

@@ -1,0 +1,46 @@
+// The device authorization grant (RFC 8628) as `auth add` runs it: print where to go and the
+// code, poll at the server's interval (5 s more on slow_down), keep waiting on
+// authorization_pending, stop with a clear message on access_denied or expired_token.
+import { setTimeout as sleep } from "node:timers/promises";
+import { UserError } from "../../core/errors.js";
+import { type OAuthClient, OAuthServerError, type Tokens } from "./oauth-client.js";
+
+export async function deviceLogin(client: OAuthClient, print: (line: string) => void): Promise<Tokens> {
+  const start = await client.startDevice();
+  print(`To log in to ${client.provider}, open: ${start.verificationUriComplete ?? start.verificationUri}`);
+  if (start.verificationUriComplete !== undefined) print(`(or open ${start.verificationUri})`);
+  print(`and enter the code: ${start.userCode}`);
+  print("Waiting for the login to be approved...");
+  let interval = start.interval;
+  const deadline = Date.now() + start.expiresIn * 1000;
+  for (;;) {
+    await sleep(interval * 1000);
+    try {
+      return await client.pollDevice(start.deviceCode);
+    } catch (err) {
+      if (!(err instanceof OAuthServerError)) throw err;
+      switch (err.error) {
+        case "authorization_pending":
+          break;
+        case "slow_down":
+          interval += 5;
+          break;
+        case "access_denied":
+          throw new UserError(
+            `the login to ${client.provider} was denied at the authorization server; nothing was stored`,
+          );
+        case "expired_token":
+          throw new UserError(
+            `the code expired before the login to ${client.provider} was approved; nothing was stored — run keybroker auth add ${client.provider} again`,
+          );
+        default:
+          throw err;
+      }
+    }
+    if (Date.now() > deadline) {
+      throw new UserError(
+        `the code expired before the login to ${client.provider} was approved; nothing was stored — run keybroker auth add ${client.provider} again`,
+      );
+    }
+  }
+}

@@ -1,0 +1,134 @@
+// The broker's in-memory view of the token store: what the request path reads (no disk, no
+// lock, no network per request). Kept current by watching the store, so a login added,
+// replaced or removed by `auth add`/`auth remove` or another broker is used at once.
+import { knownSecrets } from "../../audit/scrub.js";
+import { Secret } from "../secret.js";
+import type { StoredLogin } from "./login.js";
+import type { TokenStore } from "./token-store.js";
+
+export interface LoginEntry {
+  readonly login: StoredLogin;
+  /** The access token, as the pool's credential: its id is the login's id. */
+  readonly secret: Secret;
+}
+
+export interface LoginsOptions {
+  /** A login was replaced by a new one (a new `auth add`), not refreshed: its marks go. */
+  readonly onReplaced?: (provider: string, id: string) => void;
+  readonly warn?: (message: string) => void;
+  /** The login held now changed (to schedule its refresh), or went away (undefined). */
+  readonly onHeld?: (login: StoredLogin | undefined, provider: string, id: string) => void;
+  /** A login appeared or went away after the broker started (for the audit log). */
+  readonly onEvent?: (
+    decision: "login" | "removed",
+    provider: string,
+    id: string,
+    fingerprint?: string,
+  ) => void;
+}
+
+export class OAuthLogins {
+  readonly store: TokenStore;
+  readonly #byProvider = new Map<string, Map<string, LoginEntry>>();
+  #opts: LoginsOptions;
+  readonly #pending = new Map<string, Promise<void>>();
+  #unwatch: (() => void) | undefined;
+  #opened = false;
+
+  constructor(store: TokenStore, opts: LoginsOptions = {}) {
+    this.store = store;
+    this.#opts = opts;
+  }
+
+  /** Reads every login, then follows the store's changes. */
+  async open(): Promise<this> {
+    this.#unwatch = this.store.watch((provider, id) => {
+      void this.reload(provider, id);
+    });
+    for (const login of await this.store.list()) this.adopt(login);
+    this.#opened = true;
+    return this;
+  }
+
+  /** Adds callbacks after construction (the refresher needs the logins to exist first). */
+  listen(more: LoginsOptions): void {
+    this.#opts = { ...this.#opts, ...more };
+  }
+
+  close(): void {
+    this.#unwatch?.();
+    this.#unwatch = undefined;
+  }
+
+  /** The logins of a provider, in label order. Synchronous: the request path calls it. */
+  members(provider: string): readonly LoginEntry[] {
+    const map = this.#byProvider.get(provider);
+    return map === undefined ? [] : [...map.values()];
+  }
+
+  get(provider: string, id: string): LoginEntry | undefined {
+    return this.#byProvider.get(provider)?.get(id);
+  }
+
+  /** Re-reads one login from the store (after a change notice). Serialized per login. */
+  reload(provider: string, id: string): Promise<void> {
+    const key = `${provider}\0${id}`;
+    const previous = this.#pending.get(key) ?? Promise.resolve();
+    const next = previous
+      .then(async () => {
+        const login = await this.store.get(provider, id);
+        if (login === undefined) this.#forget(provider, id);
+        else this.adopt(login);
+      })
+      .catch((err: Error) => this.#opts.warn?.(`cannot read the login ${provider}/${id}: ${err.message}`))
+      .finally(() => {
+        if (this.#pending.get(key) === next) this.#pending.delete(key);
+      });
+    this.#pending.set(key, next);
+    return next;
+  }
+
+  /** Uses `login` from now on, unless the one held is newer. */
+  adopt(login: StoredLogin): LoginEntry {
+    let map = this.#byProvider.get(login.provider);
+    if (map === undefined) {
+      map = new Map();
+      this.#byProvider.set(login.provider, map);
+    }
+    const held = map.get(login.id);
+    if (
+      held !== undefined &&
+      held.login.createdAt === login.createdAt &&
+      held.login.generation >= login.generation
+    ) {
+      return held;
+    }
+    knownSecrets.add(login.accessToken);
+    if (login.refreshToken !== undefined) knownSecrets.add(login.refreshToken);
+    const entry: LoginEntry = {
+      login,
+      secret:
+        held?.login.accessToken === login.accessToken
+          ? held.secret
+          : new Secret(login.accessToken, login.id, "oauth"),
+    };
+    map.set(login.id, entry);
+    this.#opts.onHeld?.(login, login.provider, login.id);
+    if (held !== undefined && held.login.createdAt !== login.createdAt) {
+      this.#opts.onReplaced?.(login.provider, login.id);
+    }
+    if (this.#opened && held?.login.createdAt !== login.createdAt) {
+      this.#opts.onEvent?.("login", login.provider, login.id, entry.secret.fingerprint);
+    }
+    return entry;
+  }
+
+  #forget(provider: string, id: string): void {
+    const map = this.#byProvider.get(provider);
+    if (map?.delete(id) === true) {
+      this.#opts.onHeld?.(undefined, provider, id);
+      this.#opts.onReplaced?.(provider, id);
+      this.#opts.onEvent?.("removed", provider, id);
+    }
+  }
+}

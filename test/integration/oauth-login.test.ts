@@ -1,0 +1,310 @@
+// `keybroker auth add|remove` for OAuth providers (SPEC §8), driven as a user would: read the
+// printed URL and code, approve at the authorization server (the device grant), or act as the
+// browser and follow the authorize redirect to the loopback callback (PKCE). The running broker
+// then serves real requests with the login, without a restart.
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { Agent, request } from "undici";
+import { afterEach, describe, expect, it } from "vitest";
+import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { baseEnv, CLI, findSecrets, outputs } from "../helpers/broker.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
+import { type Fixture, startFixture } from "../helpers/fixture.js";
+
+interface Running {
+  readonly child: ChildProcess;
+  out(): string;
+  err(): string;
+  waitFor(pattern: RegExp): Promise<RegExpExecArray>;
+  exit(): Promise<number | null>;
+}
+
+/** Starts a keybroker command and lets the test read its output as it comes. */
+function startCli(f: Fixture, args: string[]): Running {
+  const child = spawn(
+    process.execPath,
+    [CLI, ...args, "--home", f.home, "--config", join(f.dir, "keybroker.yaml")],
+    {
+      env: baseEnv(),
+      stdio: ["pipe", "pipe", "pipe"],
+    },
+  );
+  let out = "";
+  let err = "";
+  const waiters: (() => void)[] = [];
+  const wake = () => {
+    for (const w of waiters.splice(0)) w();
+  };
+  child.stdout!.on("data", (d: Buffer) => {
+    out += d.toString();
+    wake();
+  });
+  child.stderr!.on("data", (d: Buffer) => {
+    err += d.toString();
+  });
+  const exited = once(child, "close").then(([code]) => {
+    outputs.push(out, err);
+    wake();
+    return code as number | null;
+  });
+  return {
+    child,
+    out: () => out,
+    err: () => err,
+    async waitFor(pattern) {
+      for (;;) {
+        const m = pattern.exec(out);
+        if (m !== null) return m;
+        if (child.exitCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
+        await new Promise<void>((r) => waiters.push(r));
+      }
+    },
+    exit: () => exited,
+  };
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+const open: { f: Fixture; fake: FakeOAuth }[] = [];
+afterEach(async () => {
+  for (const { f, fake } of open.splice(0)) {
+    await f.close();
+    expect(f.leaks()).toEqual([]);
+    const store = join(f.home, "tokens");
+    expect(findSecrets(fake.issued, [f.home, f.dir], undefined, (file) => file.startsWith(store))).toEqual(
+      [],
+    );
+  }
+});
+
+async function setup(oauthExtra = "") {
+  let fake!: FakeOAuth;
+  const f = await startFixture({
+    rules: (u) => {
+      fake = installFakeOAuth(u);
+      u.routes.set("POST /v1/chat/completions", (req, res) => {
+        const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+        res.writeHead(fake.valid(token) ? 200 : 401, { "content-type": "application/json" });
+        res.end(JSON.stringify(fake.valid(token) ? { ok: true } : { error: { message: "bad token" } }));
+      });
+      return oauthRules(u, oauthExtra);
+    },
+  });
+  open.push({ f, fake });
+  const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
+  const placeholder = vars.CODEX_OAUTH_ACCESS_TOKEN!;
+  const agent = f.proxyAgent();
+  const call = async () => {
+    const res = await request("https://api.openai.com/v1/chat/completions", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
+      body: "{}",
+    });
+    return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+  };
+  /** The broker learns of a new login from a file watch: wait until it serves. */
+  const until = async (status: number) => {
+    const deadline = Date.now() + 10_000;
+    let r = await call();
+    while (r.status !== status && Date.now() < deadline) {
+      await new Promise((x) => setTimeout(x, 50));
+      r = await call();
+    }
+    return r;
+  };
+  return { f, fake, call, until, agent };
+}
+
+/** The test's browser: it reaches the fake authorization server at its own address. */
+function browser(f: Fixture): Agent {
+  return new Agent({
+    connect: {
+      ca: readFileSync(f.upstream.caPath, "utf8"),
+      lookup: (_host, _opts, cb) => cb(null, [{ address: "127.0.0.1", family: 4 }]),
+    },
+  });
+}
+
+async function follow(f: Fixture, authorizeUrl: string): Promise<string> {
+  const u = new URL(authorizeUrl);
+  u.port = String(f.upstream.port);
+  const res = await request(u, { dispatcher: browser(f), headers: { host: AUTH_HOST } });
+  await res.body.dump();
+  expect(res.statusCode).toBe(302);
+  return String(res.headers.location);
+}
+
+// Each test drives several processes (broker, CLI): generous on a loaded machine.
+const TEST_TIMEOUT = 90_000;
+
+describe("auth add / remove", () => {
+  it(
+    "device grant: prints the URL and code, stores the login once approved; the broker serves it at once; remove revokes it",
+    async () => {
+      const { f, fake, call, until, agent } = await setup();
+      expect((await call()).status).toBe(401);
+
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--label", "work"]);
+      const url = await add.waitFor(/open: (\S+)/);
+      const code = await add.waitFor(/enter the code: (\S+)/);
+      expect(url[1]).toBe(`https://${AUTH_HOST}/activate?user_code=${code[1]}`);
+      fake.approve(code[1]!);
+      expect(await add.exit(), add.err()).toBe(0);
+      expect(add.out()).toContain('codex-oauth: logged in as credential "work"');
+
+      const served = await until(200);
+      expect(served.status).toBe(200);
+
+      const list = await f.cli(["auth", "list"]);
+      expect(list.stdout).toMatch(/work {2}oauth sha256:[0-9a-f]{12} {2}ok {2}expires \d{4}-/);
+
+      const removed = await f.cli(["auth", "remove", "codex-oauth", "--credential", "work"]);
+      expect(removed.status, removed.stderr).toBe(0);
+      expect(removed.stdout).toContain('removed login "work" and revoked it');
+      expect(fake.issued.some((t) => t.startsWith("at-") && fake.valid(t))).toBe(false);
+      const gone = await until(401);
+      expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
+      expect(JSON.parse(gone.text).error.hint).toBe("keybroker auth add codex-oauth");
+      await agent.close();
+      await f.broker.stop();
+      const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { decision: string; credential?: string });
+      expect(audit.filter((l) => l.credential === "work").map((l) => l.decision)).toEqual(
+        expect.arrayContaining(["login", "injected", "removed"]),
+      );
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "PKCE: completes the moment the right callback arrives, even when the token endpoint answers after the wait",
+    async () => {
+      const { f, fake, until, agent } = await setup();
+      const port = await freePort();
+      // The wait is 1 s; the token endpoint takes 1.5 s after the callback. The login must
+      // still complete: no timeout may fire once the callback came.
+      fake.tokenDelayMs = 1500;
+      const add = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(port),
+        "--no-browser",
+        "--timeout",
+        "1s",
+      ]);
+      const [, authorizeUrl] = await add.waitFor(/open: (\S+)/);
+      const callback = await follow(f, authorizeUrl!);
+      expect(callback.startsWith(`http://127.0.0.1:${port}/callback?`)).toBe(true);
+
+      // A callback with another state is not this login: refused, and the login keeps waiting.
+      const forged = new URL(callback);
+      forged.searchParams.set("state", "not-the-state");
+      expect((await request(forged)).statusCode).toBe(400);
+
+      const res = await request(callback);
+      expect(res.statusCode).toBe(200);
+      expect(await res.body.text()).toContain("Logged in");
+      expect(await add.exit(), add.err()).toBe(0);
+      fake.tokenDelayMs = 0;
+      expect((await until(200)).status).toBe(200);
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "PKCE: a port in use is a clear error naming --port, and nothing is stored",
+    async () => {
+      const { f } = await setup();
+      const busy = createServer().listen(0, "127.0.0.1");
+      await once(busy, "listening");
+      const port = (busy.address() as { port: number }).port;
+      const add = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(port),
+        "--no-browser",
+      ]);
+      expect(await add.exit()).toBe(1);
+      expect(add.err()).toContain(`port ${port} is in use`);
+      expect(add.err()).toContain("--port N");
+      busy.close();
+      const list = await f.cli(["auth", "list", "--json"]);
+      expect(JSON.parse(list.stdout).providers[0].credentials).toEqual([]);
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "an oversized or a slow token endpoint is cut off, named, and nothing is stored",
+    async () => {
+      const { f, fake } = await setup("      token_timeout: 1s\n");
+      fake.oversized = true;
+      const big = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(await freePort()),
+        "--no-browser",
+      ]);
+      const [, url1] = await big.waitFor(/open: (\S+)/);
+      await request(await follow(f, url1!)).then((r) => r.body.dump());
+      expect(await big.exit()).toBe(1);
+      expect(big.err()).toContain(`https://${AUTH_HOST}/token answered more than 1048576 bytes`);
+      fake.oversized = false;
+      fake.tokenDelayMs = 3000;
+      const slow = startCli(f, [
+        "auth",
+        "add",
+        "codex-oauth",
+        "--flow",
+        "pkce",
+        "--port",
+        String(await freePort()),
+        "--no-browser",
+      ]);
+      const [, url2] = await slow.waitFor(/open: (\S+)/);
+      await request(await follow(f, url2!)).then((r) => r.body.dump());
+      expect(await slow.exit()).toBe(1);
+      expect(slow.err()).toContain(`https://${AUTH_HOST}/token did not answer within 1000 ms`);
+      fake.tokenDelayMs = 0;
+      expect(await new FileTokenStore(f.home).list()).toEqual([]);
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "device grant: access_denied stops with a clear message and stores nothing",
+    async () => {
+      const { f, fake } = await setup();
+      fake.deny = true;
+      const add = startCli(f, ["auth", "add", "codex-oauth"]);
+      expect(await add.exit()).toBe(1);
+      expect(add.err()).toContain("was denied at the authorization server; nothing was stored");
+    },
+    TEST_TIMEOUT,
+  );
+});

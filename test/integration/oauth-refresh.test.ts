@@ -1,0 +1,176 @@
+// Refresh custody (SPEC §8) against an authorization server whose refresh tokens rotate and
+// are single-use, where a reused one revokes the whole grant: many requests over short-lived
+// tokens, and two brokers on one home, must never send a refresh token twice; a revoked grant
+// makes that login reauth_required while another login keeps serving.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { type ProxyAgent, request } from "undici";
+import { afterEach, describe, expect, it } from "vitest";
+import type { StoredLogin } from "../../secrets/oauth/login.js";
+import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { type BrokerProcess, findSecrets, startBroker } from "../helpers/broker.js";
+import { type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
+import { type Fixture, startFixture } from "../helpers/fixture.js";
+
+const open: { f: Fixture; fake: FakeOAuth; more: BrokerProcess[] }[] = [];
+afterEach(async () => {
+  for (const { f, fake, more } of open.splice(0)) {
+    for (const b of more) await b.stop();
+    await f.close();
+    expect(f.leaks()).toEqual([]);
+    const store = join(f.home, "tokens");
+    expect(findSecrets(fake.issued, [f.home, f.dir], undefined, (file) => file.startsWith(store))).toEqual(
+      [],
+    );
+  }
+});
+
+async function setup() {
+  let fake!: FakeOAuth;
+  const f = await startFixture({
+    rules: (u) => {
+      fake = installFakeOAuth(u);
+      u.routes.set("POST /v1/chat/completions", (req, res) => {
+        const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+        const ok = fake.valid(token);
+        res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
+        res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
+      });
+      return oauthRules(u, "      token_timeout: 2s\n");
+    },
+  });
+  const more: BrokerProcess[] = [];
+  open.push({ f, fake, more });
+  const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
+  const placeholder = vars.CODEX_OAUTH_ACCESS_TOKEN!;
+  const store = new FileTokenStore(f.home);
+  const addLogin = async (id: string) => {
+    const t = fake.login();
+    const now = Date.now();
+    const login: StoredLogin = {
+      provider: "codex-oauth",
+      id,
+      accessToken: t.access_token,
+      refreshToken: t.refresh_token,
+      expiresAt: now + t.expires_in * 1000,
+      issuedAt: now,
+      createdAt: now,
+      generation: 1,
+      state: "ok",
+    };
+    await store.put(login);
+    return t.grant;
+  };
+  const call = async (agent: ProxyAgent) => {
+    const res = await request("https://api.openai.com/v1/chat/completions", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
+      body: "{}",
+    });
+    return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+  };
+  const served = async (agent: ProxyAgent) => {
+    const deadline = Date.now() + 10_000;
+    while ((await call(agent)).status !== 200 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+  };
+  return { f, fake, more, addLogin, call, served };
+}
+
+/** Sends requests on `lanes` parallel lanes until `refreshes` refreshes have happened. */
+async function load(
+  fake: FakeOAuth,
+  agents: ProxyAgent[],
+  call: (a: ProxyAgent) => Promise<{ status: number }>,
+  refreshes: number,
+) {
+  const statuses: number[] = [];
+  const deadline = Date.now() + 60_000;
+  await Promise.all(
+    agents.flatMap((agent) =>
+      [0, 1, 2].map(async () => {
+        while (fake.refreshes < refreshes && Date.now() < deadline) statuses.push((await call(agent)).status);
+      }),
+    ),
+  );
+  return statuses;
+}
+
+// Each test drives several processes (broker, CLI): generous on a loaded machine.
+const TEST_TIMEOUT = 90_000;
+
+describe("refresh custody", () => {
+  it(
+    "short-lived access tokens over many requests: refreshed ahead, zero refresh-token reuse",
+    async () => {
+      const { f, fake, addLogin, call, served } = await setup();
+      fake.accessTtl = 2;
+      await addLogin("default");
+      const agent = f.proxyAgent();
+      await served(agent);
+      const statuses = await load(fake, [agent], call, 4);
+      expect(fake.refreshes).toBeGreaterThanOrEqual(4);
+      expect(fake.reuses).toBe(0);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+      const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8");
+      expect(audit).toContain('"decision":"refreshed"');
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "two brokers sharing one home under concurrent load: zero refresh-token reuse",
+    async () => {
+      const { f, fake, more, addLogin, call, served } = await setup();
+      fake.accessTtl = 2;
+      await addLogin("default");
+      const second = await startBroker({ home: f.home, config: join(f.dir, "keybroker.yaml") });
+      more.push(second);
+      const { ProxyAgent } = await import("undici");
+      const a = f.proxyAgent();
+      const b = new ProxyAgent({ uri: second.url, requestTls: { ca: readFileSync(second.caPath, "utf8") } });
+      await served(a);
+      await served(b);
+      const statuses = await load(fake, [a, b], call, 5);
+      expect(fake.reuses).toBe(0);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+      await a.close();
+      await b.close();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "a revoked grant: that login becomes reauth_required, the other serves; with none left a fast 401 names the command",
+    async () => {
+      const { f, fake, addLogin, call, served } = await setup();
+      const grantA = await addLogin("a-first");
+      const grantB = await addLogin("b-second");
+      const agent = f.proxyAgent();
+      await served(agent);
+      fake.revokeGrant(grantA);
+      const r = await call(agent);
+      expect(r.status).toBe(200);
+      const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+        providers: { id: string; credentials: { id: string; state: string }[] }[];
+      };
+      const states = Object.fromEntries(status.providers[0]!.credentials.map((c) => [c.id, c.state]));
+      expect(states).toEqual({ "a-first": "reauth_required", "b-second": "ok" });
+      // The tokens are kept, never wiped.
+      expect((await new FileTokenStore(f.home).get("codex-oauth", "a-first"))?.refreshToken).toBeDefined();
+
+      fake.revokeGrant(grantB);
+      const first = await call(agent);
+      expect(first.status).toBe(401);
+      const gone = await call(agent);
+      expect(gone.status).toBe(401);
+      expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
+      expect(JSON.parse(gone.text).error.hint).toBe("keybroker auth add codex-oauth --label a-first");
+      expect(fake.reuses).toBe(0);
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
+});
