@@ -30,6 +30,7 @@ interface AgentResult {
   fetch: number | string;
   https: number | string;
   openai: number | string;
+  http: string;
   httpsAgent: string;
 }
 
@@ -64,6 +65,8 @@ describe("Node agents under keybroker run", () => {
         expect(got!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
         expect(got!.host).toBe("api.openai.com");
       }
+      // Plain HTTP reached the broker too (which forwards it uninjected; this host does not exist).
+      expect(result.http).toMatch(/^5\d\d [a-z_]+$/);
       expect(r.stderr).toBe("");
       // Node 22.21+ and 24 route by themselves (NODE_USE_ENV_PROXY): the preload leaves them be.
       expect(result.httpsAgent).toBe(major === "20" ? "TunnellingAgent" : "Agent");
@@ -74,6 +77,7 @@ describe("Node agents under keybroker run", () => {
     const { r, result, received } = await runAgent("20", ["--no-node-preload"]);
     expect(result.fetch).toMatch(/^error: /);
     expect(result.https).toMatch(/^error: /);
+    expect(result.http).toMatch(/^error: /);
     expect(received).toEqual([]);
     expect(r.stderr).toBe("");
   });
