@@ -1,29 +1,65 @@
 // The trust bundle handed to child processes: the system's roots plus the keybroker CA, so that
-// one SSL_CERT_FILE works both for intercepted hosts and for everything passed through.
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { rootCertificates } from "node:tls";
+// one SSL_CERT_FILE works both for intercepted hosts and for everything passed through. Beside
+// it, the same certificates as an OpenSSL CA directory (SSL_CERT_DIR): one file per certificate,
+// named by its subject hash.
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { CA_DIR, type CertificateAuthority } from "./ca.js";
+import { subjectHash } from "./subject-hash.js";
+import {
+  pemToDer,
+  type SystemRootsOptions,
+  systemRootCertificates,
+  uniqueCertificates,
+} from "./system-roots.js";
 
-export const SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt";
 export const BUNDLE_FILE = "bundle.pem";
+const BUNDLE_DIR = "bundle.d";
 
-/** The system's root certificates as PEM: the distribution's bundle file, else node's built-in roots. */
-export function systemRootsPem(file: string = SYSTEM_CA_FILE): string {
-  if (existsSync(file)) return withTrailingNewline(readFileSync(file, "utf8"));
-  return withTrailingNewline(rootCertificates.join("\n"));
+/** The system's root certificates as PEM (see certs/system-roots.ts for where they come from). */
+export function systemRootsPem(opts: SystemRootsOptions = {}): string {
+  return `${systemRootCertificates(opts).join("\n")}\n`;
 }
 
-/** Writes `${home}/ca/bundle.pem` (system roots followed by the CA) and returns its path. */
-export function writeTrustBundle(ca: CertificateAuthority, home: string, systemFile?: string): string {
+/** The CA directory that goes with a bundle file. */
+export function bundleDirFor(bundlePath: string): string {
+  return join(dirname(bundlePath), BUNDLE_DIR);
+}
+
+/**
+ * Writes `${home}/ca/bundle.pem` (system roots followed by the CA) and its CA directory
+ * `${home}/ca/bundle.d/`, and returns the bundle's path.
+ */
+export function writeTrustBundle(ca: CertificateAuthority, home: string, roots?: SystemRootsOptions): string {
   const dir = join(home, CA_DIR);
   ensurePrivateDir(dir);
   const path = join(dir, BUNDLE_FILE);
-  writeFileAtomic(path, systemRootsPem(systemFile) + withTrailingNewline(ca.certPem), 0o644);
+  const certs = uniqueCertificates([...systemRootCertificates(roots), ca.certPem]);
+  const text = `${certs.join("\n")}\n`;
+  const hashed = bundleDirFor(path);
+  const unchanged = existsSync(path) && existsSync(hashed) && readFileSync(path, "utf8") === text;
+  if (!unchanged) {
+    writeFileAtomic(path, text, 0o644);
+    writeCaDir(hashed, certs);
+  }
   return path;
 }
 
-function withTrailingNewline(text: string): string {
-  return text.endsWith("\n") ? text : `${text}\n`;
+/** `<hash>.<n>` per certificate, written aside then swapped in so readers see a whole folder. */
+function writeCaDir(dir: string, certs: readonly string[]): void {
+  const next = `${dir}.${process.pid}.new`;
+  rmSync(next, { recursive: true, force: true });
+  mkdirSync(next, { mode: 0o755 });
+  const used = new Map<string, number>();
+  for (const pem of certs) {
+    const hash = subjectHash(pemToDer(pem));
+    const n = used.get(hash) ?? 0;
+    used.set(hash, n + 1);
+    writeFileSync(join(next, `${hash}.${n}`), `${pem}\n`, { mode: 0o644 });
+  }
+  const old = `${dir}.${process.pid}.old`;
+  if (existsSync(dir)) renameSync(dir, old);
+  renameSync(next, dir);
+  rmSync(old, { recursive: true, force: true });
 }

@@ -3,6 +3,7 @@
 // without printing or passing any real provider secret.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { UserError } from "../core/errors.js";
 import { type AgentView, agentView } from "../proxy/agent-view.js";
 import type { Runtime } from "../proxy/runtime.js";
@@ -65,12 +66,16 @@ export async function clientToken(ctx: Context, rules: Rules, view: AgentView): 
   return resolution.secret.reveal();
 }
 
+/** The module `run` preloads into Node agents (built beside this file in dist/cli/). */
+export const NODE_PRELOAD = fileURLToPath(new URL("./node-preload.js", import.meta.url));
+
 /** Proxy, CA bundle and placeholder variables for the view's client, toward `broker`. */
 export async function buildAgentVariables(
   ctx: Context,
   rules: Rules,
   view: AgentView,
   broker: { url: string; bundle: string },
+  opts: { nodePreload?: boolean } = {},
 ): Promise<Record<string, string>> {
   return agentVariables({
     url: broker.url,
@@ -78,5 +83,6 @@ export async function buildAgentVariables(
     token: await clientToken(ctx, rules, view),
     bundle: broker.bundle,
     placeholders: view.placeholders,
+    ...(opts.nodePreload === true ? { nodePreload: NODE_PRELOAD, nodeOptions: ctx.env.NODE_OPTIONS } : {}),
   });
 }

@@ -6,6 +6,7 @@ import { isIP, connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import type { InfisicalSDK, Secret as SdkSecret } from "@infisical/sdk";
 import { knownSecrets } from "../audit/scrub.js";
+import { loadInfisicalSdk, type SdkLoader } from "./infisical-sdk.js";
 import { seconds } from "./refresh-cache.js";
 import { messageOf } from "./source.js";
 
@@ -18,6 +19,8 @@ export interface InfisicalClientOptions {
   /** How long the reachability check waits for a connection. */
   readonly connectTimeoutMs: number;
   readonly now?: () => number;
+  /** How @infisical/sdk is imported (tests make it fail). */
+  readonly loadSdk?: SdkLoader;
 }
 
 /** A secret's value as Infisical gave it; `hidden` when the identity may not read values. */
@@ -148,8 +151,12 @@ export class InfisicalClient {
 
   #load(): Promise<InfisicalSDK> {
     // Loaded on first use: the SDK pulls in a large dependency tree that most setups never need.
-    this.#sdk ??= import("@infisical/sdk").then(
+    this.#sdk ??= loadInfisicalSdk(this.#opts.loadSdk).then(
       ({ InfisicalSDK }) => new InfisicalSDK({ siteUrl: this.#opts.siteUrl }),
+      (err: unknown) => {
+        this.#sdk = undefined; // installed meanwhile: the next call tries again
+        throw err;
+      },
     );
     return this.#sdk;
   }

@@ -5,6 +5,7 @@ import { CmdSource } from "./cmd-source.js";
 import { DotenvSource } from "./dotenv-source.js";
 import { EnvSource } from "./env-source.js";
 import { FileSource } from "./file-source.js";
+import type { SdkLoader } from "./infisical-sdk.js";
 import { InfisicalSource } from "./infisical-source.js";
 import { describeAttempts, SecretResolver } from "./resolver.js";
 import type { SecretSource } from "./source.js";
@@ -21,6 +22,8 @@ export interface SourceContext {
   readonly warn: (message: string) => void;
   /** The clock, for tests. */
   readonly now?: () => number;
+  /** How @infisical/sdk is imported, for tests. */
+  readonly loadInfisicalSdk?: SdkLoader;
 }
 
 /** The `.env` files tried, in order: the configured one, else `./.env` then `$home/.env`. */
@@ -92,5 +95,6 @@ function infisicalSource(
     }),
     warn: ctx.warn,
     ...(ctx.now === undefined ? {} : { now: ctx.now }),
+    ...(ctx.loadInfisicalSdk === undefined ? {} : { loadSdk: ctx.loadInfisicalSdk }),
   });
 }

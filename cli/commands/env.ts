@@ -34,7 +34,8 @@ export const env: Command = {
 
 Prints HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, the CA bundle variables
 (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO,
-DENO_CERT), NODE_USE_ENV_PROXY=1 and a placeholder for each active provider. It needs no real
+DENO_CERT, AWS_CA_BUNDLE, PIP_CERT, HTTPLIB2_CA_CERTS; SSL_CERT_DIR, a folder of the same
+certificates under OpenSSL's hashed names), NODE_USE_ENV_PROXY=1 and a placeholder for each active provider. It needs no real
 secret: placeholders derive from the home's key, so it runs in the agent's own shell.
 Providers: every provider the rule file names (even while its credential cannot be resolved),
 and every catalogue provider whose credential resolves. With a broker running, its rules
@@ -44,6 +45,10 @@ broker's is named in a warning. With no broker, the rule file here decides.
   --client NAME    the client (default: default)
   --format F       sh (default: export lines for eval), dotenv, or json
   --port N         the broker on this port, when several run for the home
+  --node-preload   also set NODE_OPTIONS (the current one plus --import of keybroker's Node
+                   preload and --disable-warning=UNDICI-EHPA), as \`keybroker run\` does: fetch and
+                   http/https then go through the broker on Node 20 too. Off by default: the
+                   path is of this machine, wrong in a container or on another host.
 
 Example: eval "$(keybroker env)"
 
@@ -53,6 +58,7 @@ ${COMMON_HELP}`,
       client: { type: "string" },
       format: { type: "string" },
       port: { type: "string" },
+      "node-preload": { type: "boolean" },
     });
     const format = values.format ?? "sh";
     formatVariables({}, format);
@@ -60,17 +66,24 @@ ${COMMON_HELP}`,
     const ctx = createContext(values);
     const { path, rules } = readRules(ctx, values.config);
     const client = values.client ?? "default";
+    const preload = { nodePreload: values["node-preload"] === true };
     const running = await findRunningBroker(ctx.home, port);
     let vars: Record<string, string>;
     if (running !== undefined) {
       const view = await brokerAgentView(ctx, running, client, path);
-      vars = await buildAgentVariables(ctx, rules, view, running);
+      vars = await buildAgentVariables(ctx, rules, view, running, preload);
     } else {
       if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
       const ca = loadOrCreateCa(ctx.home);
       const view = localAgentView(await localRuntime(ctx, rules), client);
       const url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
-      vars = await buildAgentVariables(ctx, rules, view, { url, bundle: writeTrustBundle(ca, ctx.home) });
+      vars = await buildAgentVariables(
+        ctx,
+        rules,
+        view,
+        { url, bundle: writeTrustBundle(ca, ctx.home) },
+        preload,
+      );
     }
     ctx.out(formatVariables(vars, format));
     return 0;

@@ -26,19 +26,28 @@ exit code.
 
   --client NAME    the client to run as (default: default)
   --port N         the broker on this port, when several run for the home
+  --no-node-preload
+                   leave NODE_OPTIONS alone: by default it gets --import of keybroker's Node
+                   preload, which routes fetch and http/https through the broker on Node versions
+                   that ignore HTTPS_PROXY (Node 20), and --disable-warning=UNDICI-EHPA
 
 ${COMMON_HELP}`,
   async run(argv) {
     const dash = argv.indexOf("--");
     const own = dash === -1 ? argv : argv.slice(0, dash);
     const command = dash === -1 ? [] : argv.slice(dash + 1);
-    const { values } = parse(own, { client: { type: "string" }, port: { type: "string" } });
+    const { values } = parse(own, {
+      client: { type: "string" },
+      port: { type: "string" },
+      "no-node-preload": { type: "boolean" },
+    });
     if (command.length === 0) throw new UsageError("no command given: keybroker run -- COMMAND [ARGS...]");
     const port = brokerPort(values.port);
     const ctx = createContext(values);
     // Checked in a worker: this process may serve as the broker for as long as the agent runs.
     const { path, rules } = await readRulesIsolated(ctx, values.config);
     const client = values.client ?? "default";
+    const preload = { nodePreload: values["no-node-preload"] !== true };
 
     let broker: Broker | undefined;
     let vars: Record<string, string>;
@@ -47,7 +56,7 @@ ${COMMON_HELP}`,
     const running = await findRunningBroker(ctx.home, port);
     if (running !== undefined) {
       view = await brokerAgentView(ctx, running, client, path);
-      vars = await buildAgentVariables(ctx, rules, view, running);
+      vars = await buildAgentVariables(ctx, rules, view, running, preload);
       // What this environment would give the broker: resolved here, to be kept from the command.
       secrets = resolvedSecrets(await localRuntime(ctx, rules));
     } else {
@@ -62,7 +71,13 @@ ${COMMON_HELP}`,
       try {
         const address = await broker.listen();
         view = localAgentView(broker.runtime, client);
-        vars = await buildAgentVariables(ctx, rules, view, { url: address.url, bundle: broker.bundlePath });
+        vars = await buildAgentVariables(
+          ctx,
+          rules,
+          view,
+          { url: address.url, bundle: broker.bundlePath },
+          preload,
+        );
       } catch (err) {
         // An unknown client or a token with no value: the broker must not keep this process up.
         await broker.close();

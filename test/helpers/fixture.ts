@@ -72,6 +72,8 @@ export interface FixtureOptions {
   readonly rules?: (u: FakeUpstream) => string;
   /** More variables for the broker's environment (more real keys). */
   readonly env?: Record<string, string>;
+  /** Variables for the broker's environment that depend on the upstream (its CA's path). */
+  readonly upstreamEnv?: (u: FakeUpstream) => Record<string, string>;
   /** Files to place in the home before the broker starts. */
   readonly prepareHome?: (home: string) => void;
 }
@@ -87,6 +89,7 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
     GEMINI_API_KEY: REAL_GEMINI,
     GITHUB_TOKEN: REAL_GITHUB,
     ...opts.env,
+    ...opts.upstreamEnv?.(upstream),
   };
   opts.prepareHome?.(home);
   const broker = await startBroker({ home, config, env });

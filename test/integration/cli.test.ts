@@ -2,7 +2,15 @@
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cli, cliAsync, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import {
+  cli,
+  cliAsync,
+  findSecrets,
+  runProcess,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
 import { ALL_REAL, REAL_ANTHROPIC, REAL_OPENAI } from "../helpers/fixture.js";
 
 const homes: string[] = [];
@@ -224,6 +232,28 @@ describe("keybroker run", () => {
     expect(env.OPENAI_API_KEY).toMatch(/^sk-kb-kbph-/);
     expect(env.HTTPS_PROXY).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(env.NODE_EXTRA_CA_CERTS).toBe(join(h, "ca", "bundle.pem"));
+  });
+
+  it("sets the CA variables of more tools, over whatever the parent had", async () => {
+    const h = home();
+    const stale = { AWS_CA_BUNDLE: "/old/aws.pem", PIP_CERT: "/old/pip.pem", SSL_CERT_DIR: "/old/certs" };
+    const r = await cliAsync(["run", "--home", h, "--", ...printEnv], {
+      env: { ...stale, HTTPLIB2_CA_CERTS: "/old/httplib2.pem" },
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const env = JSON.parse(r.stdout) as Record<string, string>;
+    const bundle = join(h, "ca", "bundle.pem");
+    for (const name of ["AWS_CA_BUNDLE", "PIP_CERT", "HTTPLIB2_CA_CERTS"]) expect(env[name]).toBe(bundle);
+    // SSL_CERT_DIR: OpenSSL's hashed names, the keybroker CA among them.
+    expect(env.SSL_CERT_DIR).toBe(join(h, "ca", "bundle.d"));
+    const verify = await runProcess("openssl", [
+      "verify",
+      "-no-CAfile",
+      "-CApath",
+      env.SSL_CERT_DIR!,
+      join(h, "ca", "ca.pem"),
+    ]);
+    expect(verify.stdout).toContain("OK");
   });
 
   it("uses the running broker recorded in the home", async () => {

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { parseRules } from "../../../rules/load.js";
+import type { InfisicalSdkModule, SdkLoader } from "../../../secrets/infisical-sdk.js";
 import type { Resolution, SecretResolver } from "../../../secrets/resolver.js";
 import { createSecretResolver } from "../../../secrets/sources.js";
 import { findSecrets } from "../../helpers/broker.js";
@@ -40,6 +41,7 @@ interface Setup {
   readonly env?: Record<string, string>;
   readonly infisical?: string;
   readonly order?: string;
+  readonly loadSdk?: SdkLoader;
 }
 
 function resolverFor(setup: Setup = {}): SecretResolver {
@@ -65,6 +67,7 @@ ${setup.infisical ?? ""}`;
     cwd: home,
     warn: (m) => warnings.push(m),
     now: () => clock,
+    ...(setup.loadSdk === undefined ? {} : { loadInfisicalSdk: setup.loadSdk }),
   });
 }
 
@@ -294,6 +297,23 @@ describe("infisical source through the real SDK", () => {
     expect(res.attempts[0]!.message).toContain(
       "Infisical's client_secret (sources.infisical.auth.client_secret: env:INFISICAL_CLIENT_SECRET) has no value (env: empty)",
     );
+    expect(count(LOGIN)).toBe(0);
+  });
+
+  it("names the install command when the optional @infisical/sdk is not installed", async () => {
+    // What an install made with --omit=optional meets: the import itself fails.
+    const missing = "@infisical/sdk-not-installed";
+    const r = resolverFor({
+      env: { OPENAI_API_KEY: ENV_ONLY },
+      loadSdk: () => import(missing) as Promise<InfisicalSdkModule>,
+    });
+    const res = await resolve(r, "OPENAI_API_KEY");
+    expect(res.secret?.reveal()).toBe(ENV_ONLY); // the chain goes on
+    expect(res.attempts[0]!.outcome).toBe("error");
+    expect(res.attempts[0]!.message).toContain(
+      "needs the optional package @infisical/sdk, which is not installed",
+    );
+    expect(res.attempts[0]!.message).toMatch(/run `npm install @infisical\/sdk` in \/\S+/);
     expect(count(LOGIN)).toBe(0);
   });
 
