@@ -340,9 +340,14 @@ export class ResponseScrubber {
   }
 }
 
+/** `value` scrubbed by `patterns`, when there are any (upstream text quoted in a message). */
+export function scrubText(patterns: ScrubPatterns | undefined, value: string): string {
+  return patterns === undefined ? value : patterns.scrubText(value);
+}
+
 /**
- * Response headers with every secret form replaced. Returns `headers` itself when nothing
- * matched (the common case allocates nothing).
+ * Response headers (names and values) with every secret form replaced. Returns `headers`
+ * itself when nothing matched (the common case allocates nothing).
  */
 export function scrubHeaders(patterns: ScrubPatterns, headers: IncomingHttpHeaders): IncomingHttpHeaders {
   if (!patterns.active) return headers;
@@ -356,9 +361,12 @@ export function scrubHeaders(patterns: ScrubPatterns, headers: IncomingHttpHeade
     const changed = Array.isArray(value)
       ? (scrubbed as string[]).some((v, i) => v !== value[i])
       : scrubbed !== value;
-    if (changed) {
+    // A name is a token, and so are most keys: `x-echo-<key>: 1` would carry it.
+    const scrubbedName = patterns.scrubText(name);
+    if (changed || scrubbedName !== name) {
       copy ??= { ...headers };
-      copy[name] = scrubbed as string & string[];
+      if (scrubbedName !== name) delete copy[name];
+      copy[scrubbedName] = scrubbed as string & string[];
     }
   }
   return copy ?? headers;
