@@ -72,7 +72,7 @@ export class JsonEscapedForm {
   readonly #byUnit = new Map<number, number[]>();
   readonly #unit = new Int32Array(1);
   /** The escapes that can spell a character of the secret: `\u`, and `\/` etc. when it has one. */
-  readonly #needles: readonly Buffer[];
+  readonly needles: readonly Buffer[];
   /** The first byte of the secret's literal spelling. */
   readonly firstByte: number;
   /** The longest spelling's length (every character `\u`-escaped). */
@@ -100,7 +100,7 @@ export class JsonEscapedForm {
     for (const [kind, unit] of SHORT_ESCAPES) {
       if (this.#byUnit.has(unit)) needles.push(Buffer.from([BACKSLASH, kind]));
     }
-    this.#needles = needles;
+    this.needles = needles;
     this.#prefixes = prefixes;
     this.firstByte = Buffer.from(secret)[0]!;
     this.maxLength = maxLength;
@@ -146,8 +146,12 @@ export class JsonEscapedForm {
    * without escapes is the secret itself, a fixed form.)
    */
   mayStartFrom(data: Buffer, from: number): boolean {
-    for (const needle of this.#needles) if (data.indexOf(needle, from) !== -1) return true;
-    return data.lastIndexOf(BACKSLASH) >= Math.max(from, data.length - 6);
+    return mayStartFrom(this.needles, data, from);
+  }
+
+  /** The code units whose escape can begin a spelling (one per distinct character). */
+  units(): IterableIterator<number> {
+    return this.#byUnit.keys();
   }
 
   /** True when `data` from `p` on is a proper prefix of a spelling (it must wait for more). */
@@ -160,15 +164,15 @@ export class JsonEscapedForm {
    * (found by its first escape: the characters before it are literal).
    */
   findAll(data: Buffer, from: number, out: number[]): void {
-    for (const needle of this.#needles) {
+    for (const needle of this.needles) {
       for (let b = data.indexOf(needle, from); b !== -1; b = data.indexOf(needle, b + 1)) {
-        this.#startingAt(data, from, b, out);
+        this.startingAt(data, from, b, out);
       }
     }
   }
 
-  /** The spellings whose first escape is the one at `b`. */
-  #startingAt(data: Buffer, from: number, b: number, out: number[]): void {
+  /** Appends `start, end` for the spellings whose first escape is the one at `b`. */
+  startingAt(data: Buffer, from: number, b: number, out: number[]): void {
     const unit = this.#unit;
     if (escapeAt(data, b, unit) < 0) return;
     const steps = this.#byUnit.get(unit[0]!);
@@ -182,3 +186,16 @@ export class JsonEscapedForm {
     }
   }
 }
+
+/** Whether one of `needles` (escapes) occurs from `from` on, or the data ends inside an escape. */
+export function mayStartFrom(needles: readonly Buffer[], data: Buffer, from: number): boolean {
+  for (const needle of needles) if (data.indexOf(needle, from) !== -1) return true;
+  return data.lastIndexOf(BACKSLASH) >= Math.max(from, data.length - 6);
+}
+
+/** The code unit of the escape at `b`, or -1 when there is no complete valid escape there. */
+export function escapedUnit(data: Buffer, b: number): number {
+  return escapeAt(data, b, SCRATCH) < 0 ? -1 : SCRATCH[0]!;
+}
+
+const SCRATCH = new Int32Array(1);

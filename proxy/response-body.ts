@@ -8,28 +8,13 @@
 //     uncompressed; a coding keybroker cannot undo is refused with 502, never passed unread.
 // Without a credential the response passes through untouched.
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
-import type { Transform } from "node:stream";
-import {
-  brotliDecompressSync,
-  createBrotliDecompress,
-  createGunzip,
-  createInflate,
-  gunzipSync,
-  inflateSync,
-} from "node:zlib";
 import { BrokerError } from "../core/errors.js";
+import { contentCodings, decoderChain, decodeWhole } from "./content-coding.js";
 import { forwardableResponseHeaders } from "./headers.js";
 import { ResponseScrubber, type ScrubPatterns, scrubHeaders, scrubText } from "./scrub-stream.js";
 
 /** Bodies up to this size (with a Content-Length) are scrubbed in one piece. */
 const WHOLE_LIMIT = 64 * 1024;
-
-const DECODERS: Readonly<Record<string, { stream: () => Transform; sync: (b: Buffer) => Buffer }>> = {
-  gzip: { stream: createGunzip, sync: gunzipSync },
-  "x-gzip": { stream: createGunzip, sync: gunzipSync },
-  deflate: { stream: createInflate, sync: inflateSync },
-  br: { stream: createBrotliDecompress, sync: brotliDecompressSync },
-};
 
 /**
  * The content codings of a response in the order they must be undone (the last applied
@@ -37,12 +22,7 @@ const DECODERS: Readonly<Record<string, { stream: () => Transform; sync: (b: Buf
  * keybroker cannot read cannot be checked for an echo of the credential, so it is not passed on.
  */
 export function codingsToUndo(header: string | string[] | undefined, patterns?: ScrubPatterns): string[] {
-  if (header === undefined) return [];
-  const codings = (Array.isArray(header) ? header.join(",") : header)
-    .split(",")
-    .map((c) => c.trim().toLowerCase())
-    .filter((c) => c !== "" && c !== "identity");
-  const unknown = codings.find((c) => DECODERS[c] === undefined);
+  const { codings, unknown } = contentCodings(header);
   if (unknown !== undefined) {
     throw new BrokerError(
       "upstream_unreachable",
@@ -51,18 +31,7 @@ export function codingsToUndo(header: string | string[] | undefined, patterns?: 
       { hint: "keybroker asks for identity encoding; report it to the provider, or retry" },
     );
   }
-  return codings.reverse();
-}
-
-/** One stream that undoes `codings` in order: write to `head`, read from `tail`. */
-function decoderChain(codings: readonly string[]): { head: Transform; tail: Transform } | undefined {
-  if (codings.length === 0) return undefined;
-  const stages = codings.map((c) => DECODERS[c]!.stream());
-  for (let i = 0; i + 1 < stages.length; i++) {
-    stages[i]!.pipe(stages[i + 1]!);
-    stages[i]!.on("error", (err) => stages.at(-1)!.destroy(err));
-  }
-  return { head: stages[0]!, tail: stages.at(-1)! };
+  return codings;
 }
 
 export interface BodySink {
@@ -183,7 +152,7 @@ export function sendWhole(
     headers = { ...scrubHeaders(patterns, upstreamHeaders) };
     reason = patterns.scrubText(statusMessage);
     try {
-      for (const c of codings) out = DECODERS[c]!.sync(out);
+      out = decodeWhole(codings, out);
     } catch {
       out = Buffer.alloc(0);
     }

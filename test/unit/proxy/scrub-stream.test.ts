@@ -366,3 +366,34 @@ describe("ScrubPatterns: anchored search", () => {
     expect(headers["x-other"]).toBe("plain");
   });
 });
+
+describe("ScrubPatterns.firstMatch (request bodies)", () => {
+  const phs = Array.from(
+    { length: 30 },
+    (_, i) => `sk-kb-kbph-${String(i).padStart(2, "0")}${"Q".repeat(30)}`,
+  );
+  const p = new ScrubPatterns(phs.map((secret) => ({ secret, replacement: "" })));
+
+  it("names the secret found, in each form, among many sharing a prefix", () => {
+    const target = phs[17]!;
+    for (const text of [
+      `x=${target}&y`,
+      `{"k":"${uEscaped(target)}"}`,
+      encodeURIComponent(`a b ${target}`),
+      Buffer.from(`u:${target}`).toString("base64"),
+    ]) {
+      expect(p.firstMatch(Buffer.from(text), true).pair, text).toBe(17);
+    }
+    expect(p.firstMatch(Buffer.from(`sk-kb-kbph-99${"Q".repeat(30)} kbph-`), true).pair).toBe(-1);
+  });
+
+  it("holds a tail that could begin one, so a split one is found with the next chunk", () => {
+    const text = Buffer.from(`body ${phs[3]} end`);
+    for (let i = 1; i < text.length; i++) {
+      const first = p.firstMatch(text.subarray(0, i), false);
+      if (first.pair !== -1) continue; // wholly in the first piece
+      const rest = Buffer.concat([text.subarray(first.hold, i), text.subarray(i)]);
+      expect(p.firstMatch(rest, true).pair, `split at ${i}`).toBe(3);
+    }
+  });
+});
