@@ -3,13 +3,11 @@
 // answers, upgrade answers, text quoted in the broker's own errors), intercepted and in
 // reverse mode; a raw client reads every byte the broker sent and none is the key.
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { request as httpRequest } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
-import { connect as tlsConnect } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { openTunnel } from "../helpers/tunnel.js";
 
 const SECOND_KEY = "sk-real-leaky-second-5c7e9a1b3d5f7a9c1e3b";
 
@@ -47,17 +45,7 @@ async function readAll(socket: Socket, text: string): Promise<string> {
 
 /** One raw request inside a CONNECT tunnel to `host`; returns every byte answered. */
 async function intercepted(host: string, head: string): Promise<string> {
-  const connect = httpRequest({
-    host: "127.0.0.1",
-    port: f.broker.port,
-    method: "CONNECT",
-    path: `${host}:443`,
-  });
-  connect.end();
-  const [res, tunnel] = (await once(connect, "connect")) as [{ statusCode: number }, Socket];
-  expect(res.statusCode).toBe(200);
-  const tls = tlsConnect({ socket: tunnel, servername: host, ca: readFileSync(f.broker.caPath, "utf8") });
-  await once(tls, "secureConnect");
+  const tls = await openTunnel(f.broker, host);
   return readAll(tls as unknown as Socket, head);
 }
 
