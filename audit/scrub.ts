@@ -27,15 +27,49 @@ export function secretForms(value: string): string[] {
   return [...forms].filter((f) => f.length >= MIN_LENGTH);
 }
 
+const SHORT_ESCAPES: Readonly<Record<string, string>> = {
+  '"': '\\"',
+  "\\": "\\\\",
+  "/": "\\/",
+  "\b": "\\b",
+  "\f": "\\f",
+  "\n": "\\n",
+  "\r": "\\r",
+  "\t": "\\t",
+};
+
+/**
+ * A pattern for every spelling of `value` inside a JSON string: each character as itself, as
+ * `\uXXXX` (either case of hex) or as its short escape (`\/`), in any mix.
+ */
+export function jsonSpellings(value: string): string {
+  let out = "";
+  for (const ch of value) {
+    const units = [...Array(ch.length).keys()].map((i) => ch.charCodeAt(i));
+    const escaped = units
+      .map((u) => {
+        const hex = u.toString(16).padStart(4, "0");
+        return `\\\\u${[...hex].map((d) => (/[a-f]/.test(d) ? `[${d}${d.toUpperCase()}]` : d)).join("")}`;
+      })
+      .join("");
+    const short = SHORT_ESCAPES[ch];
+    out += `(?:${escapeRegExp(ch)}|${escaped}${short === undefined ? "" : `|${escapeRegExp(short)}`})`;
+  }
+  return out;
+}
+
 export class Scrubber {
   readonly #values = new Set<string>();
   #pattern: RegExp | undefined;
+  /** Every JSON spelling of the values; run only over text holding a backslash. */
+  #json: RegExp | undefined;
 
   add(value: string): void {
     if (value.length < MIN_LENGTH || this.#values.has(value)) return;
     this.#values.add(value);
     const all = [...this.#values].flatMap(secretForms).sort((a, b) => b.length - a.length);
     this.#pattern = new RegExp(all.map(escapeRegExp).join("|"), "g");
+    this.#json = new RegExp([...this.#values].map(jsonSpellings).join("|"), "g");
   }
 
   get size(): number {
@@ -45,7 +79,10 @@ export class Scrubber {
   scrub(text: string): string {
     if (this.#pattern === undefined) return text;
     this.#pattern.lastIndex = 0;
-    return text.replace(this.#pattern, "[REDACTED]");
+    const scrubbed = text.replace(this.#pattern, "[REDACTED]");
+    if (this.#json === undefined || !scrubbed.includes("\\")) return scrubbed;
+    this.#json.lastIndex = 0;
+    return scrubbed.replace(this.#json, "[REDACTED]");
   }
 }
 

@@ -8,6 +8,7 @@ import { classify, mayMark } from "../secrets/quota.js";
 import type { Exchange } from "./exchange.js";
 import { emitHeld, type ForwardResult, forward } from "./forward.js";
 import { setHeader } from "./headers.js";
+import { scrubText } from "./scrub-stream.js";
 import { createPlanInjection } from "./stages/inject.js";
 import { hasAlternatives, prepareAttempt, signRequest } from "./stages/pick-credential.js";
 
@@ -31,8 +32,10 @@ export function bookkeep(
   log: Logger,
   onEvent: (e: PoolEvent) => void,
 ): boolean {
-  const verdict = classify(held.status, held.headers, held.body.toString("utf8"));
-  if (verdict === undefined || x.secret === undefined) return false;
+  const classified = classify(held.status, held.headers, held.body.toString("utf8"));
+  if (classified === undefined || x.secret === undefined) return false;
+  // The reason quotes the upstream's error type: kept in the marks, shown in pool_exhausted.
+  const verdict = { ...classified, reason: scrubText(x.rt.scrubPatterns(x), classified.reason) };
   const provider = x.provider!.rule;
   if (provider.auth !== undefined) return false;
   const id = x.secret.id;

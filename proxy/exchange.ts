@@ -1,5 +1,7 @@
 // One request's state as it moves through the pipeline.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Readable } from "node:stream";
+import type { BrokerError } from "../core/errors.js";
 import type { PoolState } from "../secrets/pool.js";
 import type { Secret } from "../secrets/secret.js";
 import type { HeaderList } from "./headers.js";
@@ -43,6 +45,10 @@ export interface Exchange {
   injection: { headers: string[]; path: string; sites: Sites | undefined } | undefined;
   /** The request body, read ahead when it may have to be sent again on another credential. */
   body: Buffer | undefined;
+  /** The request body as it streams upstream, when a stage puts a transform in its way. */
+  bodyStream?: Readable;
+  /** Set when the streamed body was refused after the upstream had started to answer. */
+  refusedBody?: BrokerError;
   /** Reverse mode: the path after the mount, for re-targeting at a fallback provider. */
   readonly reverseRest: string | undefined;
   /** Credential ids already tried for this request. */

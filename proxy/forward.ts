@@ -92,7 +92,7 @@ export function emitHeld(x: Exchange, held: HeldResponse): void {
   sendWhole(x.res, held.status, held.statusMessage, held.headers, held.body, x.rt.scrubPatterns(x));
 }
 
-function hasBody(x: Exchange): boolean {
+export function hasBody(x: Exchange): boolean {
   const h = x.req.headers;
   if (h["transfer-encoding"] !== undefined) return true;
   const len = h["content-length"];
@@ -114,8 +114,10 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       done = true;
       resolve(result);
     };
-    const fail = (err: unknown) => {
+    const fail = (failure: unknown) => {
       if (done) return;
+      // A stage that cut the request body off says why (undici may report only the abort).
+      const err = x.refusedBody ?? failure;
       if (!res.headersSent) {
         done = true;
         reject(upstreamError(err, x));
@@ -137,7 +139,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
 
     // The request body streams straight into undici, which pauses it for backpressure. Adding
     // a 'data' listener here would switch it to flowing mode and lose chunks.
-    const body = x.body ?? (hasBody(x) ? req : null);
+    const body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
     result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
     let hold:
       | {

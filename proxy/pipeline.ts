@@ -3,11 +3,12 @@
 //
 //   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → requireAudit
 //   → planInjection
-//   → readBody → pickCredential → applyHeaderRules → signRequest
+//   → readBody → checkBodyPlaceholders → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
 import type { Exchange } from "./exchange.js";
 import { applyPolicy } from "./stages/apply-policy.js";
+import { checkBodyPlaceholders } from "./stages/check-body-placeholders.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
@@ -30,6 +31,7 @@ export function requestStages(log: Logger, auditWritable: () => boolean = () => 
     createRequireAudit(auditWritable),
     createPlanInjection(log),
     readBody,
+    checkBodyPlaceholders,
     pickCredential,
     applyHeaderRules,
     signRequest,

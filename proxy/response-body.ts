@@ -8,60 +8,30 @@
 //     uncompressed; a coding keybroker cannot undo is refused with 502, never passed unread.
 // Without a credential the response passes through untouched.
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
-import type { Transform } from "node:stream";
-import {
-  brotliDecompressSync,
-  createBrotliDecompress,
-  createGunzip,
-  createInflate,
-  gunzipSync,
-  inflateSync,
-} from "node:zlib";
 import { BrokerError } from "../core/errors.js";
+import { contentCodings, decoderChain, decodeWhole } from "./content-coding.js";
 import { forwardableResponseHeaders } from "./headers.js";
-import { ResponseScrubber, type ScrubPatterns, scrubHeaders } from "./scrub-stream.js";
+import { ResponseScrubber, type ScrubPatterns, scrubHeaders, scrubText } from "./scrub-stream.js";
 
 /** Bodies up to this size (with a Content-Length) are scrubbed in one piece. */
 const WHOLE_LIMIT = 64 * 1024;
-
-const DECODERS: Readonly<Record<string, { stream: () => Transform; sync: (b: Buffer) => Buffer }>> = {
-  gzip: { stream: createGunzip, sync: gunzipSync },
-  "x-gzip": { stream: createGunzip, sync: gunzipSync },
-  deflate: { stream: createInflate, sync: inflateSync },
-  br: { stream: createBrotliDecompress, sync: brotliDecompressSync },
-};
 
 /**
  * The content codings of a response in the order they must be undone (the last applied
  * first), `identity` left out. Throws when one cannot be undone (zstd, compress, …): a body
  * keybroker cannot read cannot be checked for an echo of the credential, so it is not passed on.
  */
-export function codingsToUndo(header: string | string[] | undefined): string[] {
-  if (header === undefined) return [];
-  const codings = (Array.isArray(header) ? header.join(",") : header)
-    .split(",")
-    .map((c) => c.trim().toLowerCase())
-    .filter((c) => c !== "" && c !== "identity");
-  const unknown = codings.find((c) => DECODERS[c] === undefined);
+export function codingsToUndo(header: string | string[] | undefined, patterns?: ScrubPatterns): string[] {
+  const { codings, unknown } = contentCodings(header);
   if (unknown !== undefined) {
     throw new BrokerError(
       "upstream_unreachable",
-      `the upstream answered with content-encoding "${String(header)}", which keybroker cannot decode to check it for an echo of the credential; the answer was not passed on`,
+      // The coding is upstream text: quoted scrubbed, like everything else it sends.
+      `the upstream answered with content-encoding "${scrubText(patterns, String(header))}", which keybroker cannot decode to check it for an echo of the credential; the answer was not passed on`,
       { hint: "keybroker asks for identity encoding; report it to the provider, or retry" },
     );
   }
-  return codings.reverse();
-}
-
-/** One stream that undoes `codings` in order: write to `head`, read from `tail`. */
-function decoderChain(codings: readonly string[]): { head: Transform; tail: Transform } | undefined {
-  if (codings.length === 0) return undefined;
-  const stages = codings.map((c) => DECODERS[c]!.stream());
-  for (let i = 0; i + 1 < stages.length; i++) {
-    stages[i]!.pipe(stages[i + 1]!);
-    stages[i]!.on("error", (err) => stages.at(-1)!.destroy(err));
-  }
-  return { head: stages[0]!, tail: stages.at(-1)! };
+  return codings;
 }
 
 export interface BodySink {
@@ -94,8 +64,10 @@ export function startResponse(
     };
   }
 
-  const codings = codingsToUndo(upstreamHeaders["content-encoding"]);
+  const codings = codingsToUndo(upstreamHeaders["content-encoding"], patterns);
   const headers = forwardableResponseHeaders(scrubHeaders(patterns, upstreamHeaders));
+  // The reason phrase is upstream text too (`400 Bad key Bearer sk-…`).
+  const reason = patterns.scrubText(statusMessage);
   const inflate = decoderChain(codings);
   const length = Number(upstreamHeaders["content-length"]);
   if (inflate === undefined && Number.isFinite(length) && length <= WHOLE_LIMIT) {
@@ -109,7 +81,7 @@ export function startResponse(
       end: (done) => {
         const body = patterns.scrubBuffer(Buffer.concat(chunks));
         headers["content-length"] = String(body.length);
-        res.writeHead(status, statusMessage, headers);
+        res.writeHead(status, reason, headers);
         res.end(body);
         res.once("finish", done);
       },
@@ -122,7 +94,7 @@ export function startResponse(
   const keepLength = inflate === undefined && Number.isFinite(length);
   if (!keepLength) delete headers["content-length"];
   if (inflate !== undefined) delete headers["content-encoding"];
-  res.writeHead(status, statusMessage, headers);
+  res.writeHead(status, reason, headers);
   if (String(upstreamHeaders["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
   const scrubber = new ResponseScrubber(keepLength ? patterns.sameLength() : patterns);
   const emit = (chunk: Buffer): boolean => {
@@ -174,11 +146,13 @@ export function sendWhole(
 ): void {
   let headers = upstreamHeaders;
   let out = body;
+  let reason = statusMessage;
   if (patterns?.active) {
-    const codings = codingsToUndo(upstreamHeaders["content-encoding"]);
+    const codings = codingsToUndo(upstreamHeaders["content-encoding"], patterns);
     headers = { ...scrubHeaders(patterns, upstreamHeaders) };
+    reason = patterns.scrubText(statusMessage);
     try {
-      for (const c of codings) out = DECODERS[c]!.sync(out);
+      out = decodeWhole(codings, out);
     } catch {
       out = Buffer.alloc(0);
     }
@@ -187,6 +161,6 @@ export function sendWhole(
   }
   const forwarded = forwardableResponseHeaders(headers);
   forwarded["content-length"] = String(out.length);
-  res.writeHead(status, statusMessage, forwarded);
+  res.writeHead(status, reason, forwarded);
   res.end(out);
 }

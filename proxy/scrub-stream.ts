@@ -12,6 +12,7 @@
 // Boyer-Moore-Horspool, which is about ten times slower on large bodies (0.03 against 0.3 s/GiB
 // for an 11-byte key in random bytes).
 import type { IncomingHttpHeaders } from "node:http";
+import { escapedUnit, JsonEscapedForm, mayStartFrom } from "./json-escaped-form.js";
 
 /** One secret to hide, and the client's placeholder that takes its place. */
 export interface ScrubPair {
@@ -22,6 +23,8 @@ export interface ScrubPair {
 interface Form {
   readonly bytes: Buffer;
   readonly replacement: Buffer;
+  /** Which pair it is a form of. */
+  readonly pair?: number;
 }
 
 /** A form with the window it is searched by. */
@@ -145,18 +148,85 @@ function base64Forms(secret: Buffer): Form[] {
   return forms;
 }
 
+/** Forms that share one search window: one `indexOf` finds candidates for all of them. */
+interface AnchorGroup {
+  readonly anchor: Buffer;
+  readonly members: readonly { bytes: Buffer; anchorAt: number; pair?: number }[];
+}
+
+const GROUP_WINDOW = 5;
+
+/**
+ * Groups forms by a window of GROUP_WINDOW bytes most of them share (greedy set cover): many
+ * placeholders share their prefix and `kbph-`, in every encoding, so 40 secrets' 160 forms are
+ * found with a handful of searches instead of 160. Forms shorter than the window are alone.
+ */
+function groupByAnchor(forms: readonly SearchForm[]): AnchorGroup[] {
+  const windows = new Map<string, Set<number>>();
+  forms.forEach((f, i) => {
+    for (let at = 0; at + GROUP_WINDOW <= f.bytes.length; at++) {
+      const key = f.bytes.toString("latin1", at, at + GROUP_WINDOW);
+      const set = windows.get(key) ?? new Set<number>();
+      set.add(i);
+      windows.set(key, set);
+    }
+  });
+  const groups: AnchorGroup[] = [];
+  const left = new Set(forms.keys());
+  for (const i of left) {
+    if (forms[i]!.bytes.length < GROUP_WINDOW) {
+      groups.push({ anchor: forms[i]!.bytes, members: [{ ...forms[i]!, anchorAt: 0 }] });
+      left.delete(i);
+    }
+  }
+  while (left.size > 0) {
+    let bestKey = "";
+    let bestCount = 0;
+    for (const [key, set] of windows) {
+      let count = 0;
+      for (const i of set) if (left.has(i)) count++;
+      if (count > bestCount) {
+        bestKey = key;
+        bestCount = count;
+      }
+    }
+    const anchor = Buffer.from(bestKey, "latin1");
+    const members: AnchorGroup["members"][number][] = [];
+    for (const i of windows.get(bestKey)!) {
+      if (!left.has(i)) continue;
+      left.delete(i);
+      const f = forms[i]!;
+      members.push({ bytes: f.bytes, anchorAt: f.bytes.indexOf(anchor), pair: f.pair });
+    }
+    groups.push({ anchor, members });
+  }
+  return groups;
+}
+
 /**
  * The compiled forms of a set of secrets: build it once per (secrets, placeholder) and reuse it
  * for every response; a `ResponseScrubber` per response only holds the stream's state.
  */
 export class ScrubPatterns {
   readonly #forms: readonly SearchForm[];
+  /** Every other JSON spelling of each secret (`\u`-escaped characters, mixed escapes). */
+  readonly #json: readonly JsonEscapedForm[];
+  /** Bytes a JSON spelling can start with: a secret's first byte, or a backslash. */
+  readonly #jsonFirst = new Uint8Array(256);
+  readonly #found: number[] = [];
+  readonly #jsonPairs: readonly number[];
+  /** Every escape needle of the JSON spellings, and the spellings by the unit an escape starts. */
+  readonly #jsonNeedles: readonly Buffer[];
+  readonly #jsonByUnit = new Map<number, number[]>();
+  /** Forms grouped by a shared search window, for `firstMatch` over many secrets (built on first use). */
+  #groups: AnchorGroup[] | undefined;
   /** Forms by their first byte, for the tail check. */
   readonly #byFirst: (SearchForm[] | undefined)[] = new Array(256);
   /** Longest form length − 1: the most a stream ever holds back. */
   readonly holdback: number;
 
   readonly #pairs: readonly ScrubPair[];
+  readonly #fitLength: boolean;
   #sameLength: ScrubPatterns | undefined;
   /**
    * The forms as strings when every one is ASCII (secrets almost always are): a string holds
@@ -173,6 +243,9 @@ export class ScrubPatterns {
     this.#pairs = pairs;
     const seen = new Set<string>();
     const forms: Form[] = [];
+    const json: JsonEscapedForm[] = [];
+    let pair = 0;
+    const jsonPairs: number[] = [];
     const add = (bytes: Buffer, replacement: Buffer) => {
       const key = bytes.toString("latin1");
       if (bytes.length === 0 || seen.has(key)) return;
@@ -182,15 +255,35 @@ export class ScrubPatterns {
         replacement.copy(fitted, 0, 0, Math.min(replacement.length, bytes.length));
         replacement = fitted;
       }
-      forms.push({ bytes, replacement });
+      forms.push({ bytes, replacement, pair });
     };
-    for (const { secret, replacement } of pairs) {
+    for (; pair < pairs.length; pair++) {
+      const { secret, replacement } = pairs[pair]!;
       if (secret.length < MIN_SECRET_LENGTH || secret === replacement) continue;
       for (const encode of TEXT_ENCODERS) {
         add(Buffer.from(encode(secret)), Buffer.from(encode(replacement)));
       }
       for (const f of base64Forms(Buffer.from(secret))) add(f.bytes, f.replacement);
+      json.push(new JsonEscapedForm(secret, Buffer.from(JSON.stringify(replacement).slice(1, -1))));
+      jsonPairs.push(pair);
     }
+    this.#json = json;
+    this.#jsonPairs = jsonPairs;
+    const needles = new Map<string, Buffer>();
+    json.forEach((j, i) => {
+      for (const n of j.needles) needles.set(n.toString("latin1"), n);
+      for (const unit of j.units()) {
+        const list = this.#jsonByUnit.get(unit) ?? [];
+        list.push(i);
+        this.#jsonByUnit.set(unit, list);
+      }
+    });
+    this.#jsonNeedles = [...needles.values()];
+    for (const j of json) {
+      this.#jsonFirst[j.firstByte] = 1;
+      this.#jsonFirst[0x5c] = 1;
+    }
+    this.#fitLength = opts.fitLength === true;
     // Longest first: at one position the longest form wins, as a regex alternation sorted so.
     forms.sort((a, b) => b.bytes.length - a.bytes.length);
     this.#forms = forms.map(withAnchor);
@@ -203,7 +296,10 @@ export class ScrubPatterns {
       bucket.push(f);
       this.#byFirst[first] = bucket;
     }
-    this.holdback = forms.length === 0 ? 0 : forms[0]!.bytes.length - 1;
+    this.holdback = Math.max(
+      forms.length === 0 ? 0 : forms[0]!.bytes.length - 1,
+      ...json.map((j) => j.maxLength - 1),
+    );
   }
 
   /** The same patterns with length-preserving replacements (built once, on first use). */
@@ -214,7 +310,7 @@ export class ScrubPatterns {
 
   /** False when there is nothing to scrub (no secret long enough): skip the scrubber. */
   get active(): boolean {
-    return this.#forms.length > 0;
+    return this.#forms.length > 0 || this.#json.length > 0;
   }
 
   /** The number of byte patterns searched for (every form of every secret). */
@@ -226,10 +322,17 @@ export class ScrubPatterns {
    * Where the bytes that must wait for the next chunk begin: the first position at or after
    * `from`, within the last `holdback` bytes, whose remainder is a proper prefix of some form.
    */
-  holdStart(data: Buffer, from: number): number {
+  holdStart(data: Buffer, from: number, jsonHere = this.#jsonSpellingsMayBeIn(data, 0)): number {
     const len = data.length;
-    for (let p = Math.max(from, len - this.holdback); p < len; p++) {
-      const candidates = this.#byFirst[data[p]!];
+    const start = Math.max(from, len - this.holdback);
+    // JSON spellings with escapes are looked at only when an escape that can start one is there.
+    const json = jsonHere && mayStartFrom(this.#jsonNeedles, data, start);
+    for (let p = start; p < len; p++) {
+      const byte = data[p]!;
+      if (json && this.#jsonFirst[byte] === 1) {
+        for (const j of this.#json) if (j.isPrefixAt(data, p)) return p;
+      }
+      const candidates = this.#byFirst[byte];
       if (candidates === undefined) continue;
       const rest = len - p;
       for (const f of candidates) {
@@ -245,11 +348,40 @@ export class ScrubPatterns {
    */
   replace(data: Buffer, final: boolean, next: Int32Array): { out: Buffer; hold: number } {
     const forms = this.#forms;
-    let hold = final ? data.length : this.holdStart(data, 0);
+    const jsonHere = this.#jsonSpellingsMayBeIn(data, 0);
+    let hold = final ? data.length : this.holdStart(data, 0, jsonHere);
     for (let i = 0; i < forms.length; i++) next[i] = find(data, forms[i]!, 0);
+    // JSON spellings with escapes, as [start, end, form index] sorted by start, longest first.
+    const found = this.#found;
+    found.length = 0;
+    if (jsonHere) this.#findJson(data, found);
+    let j = 0;
     const pieces: Buffer[] = [];
     let cursor = 0;
     for (;;) {
+      while (j < found.length && found[j]! < cursor) j += 3;
+      if (j < found.length && found[j]! < hold) {
+        const start = found[j]!;
+        // A fixed form at the same place wins only when it is longer.
+        let fixedEnd = -1;
+        for (let i = 0; i < forms.length; i++) {
+          const at = next[i]! < cursor ? find(data, forms[i]!, cursor) : next[i]!;
+          next[i] = at;
+          if (at !== -1 && at < start) {
+            fixedEnd = Number.POSITIVE_INFINITY;
+            break;
+          }
+          if (at === start) fixedEnd = Math.max(fixedEnd, start + forms[i]!.bytes.length);
+        }
+        if (fixedEnd < found[j + 1]!) {
+          const end = found[j + 1]!;
+          if (start > cursor) pieces.push(data.subarray(cursor, start));
+          pieces.push(this.#fit(this.#json[found[j + 2]!]!.replacement, end - start));
+          cursor = end;
+          if (!final && cursor > hold) hold = this.holdStart(data, cursor, jsonHere);
+          continue;
+        }
+      }
       let best = -1;
       let bestAt = Number.POSITIVE_INFINITY;
       for (let i = 0; i < forms.length; i++) {
@@ -269,19 +401,83 @@ export class ScrubPatterns {
       pieces.push(form.replacement);
       cursor = bestAt + form.bytes.length;
       // A match that runs past the hold point is complete and final: hold only what follows it.
-      if (!final && cursor > hold) hold = this.holdStart(data, cursor);
+      if (!final && cursor > hold) hold = this.holdStart(data, cursor, jsonHere);
     }
     if (cursor === 0) return { out: hold === data.length ? data : data.subarray(0, hold), hold };
     if (hold > cursor) pieces.push(data.subarray(cursor, hold));
     return { out: Buffer.concat(pieces), hold };
   }
 
+  /** Whether `data` from `from` on may hold a JSON spelling with an escape (most data has no backslash). */
+  #jsonSpellingsMayBeIn(data: Buffer, from: number): boolean {
+    if (this.#json.length === 0 || data.lastIndexOf(0x5c) < from) return false;
+    return mayStartFrom(this.#jsonNeedles, data, from);
+  }
+
+  #findJson(data: Buffer, found: number[]): void {
+    // Each escape is decoded once and tried only against the secrets holding its character.
+    const pairs: number[] = [];
+    for (const needle of this.#jsonNeedles) {
+      for (let b = data.indexOf(needle); b !== -1; b = data.indexOf(needle, b + 1)) {
+        const candidates = this.#jsonByUnit.get(escapedUnit(data, b));
+        if (candidates === undefined) continue;
+        for (const i of candidates) {
+          pairs.length = 0;
+          this.#json[i]!.startingAt(data, 0, b, pairs);
+          for (let k = 0; k < pairs.length; k += 2) found.push(pairs[k]!, pairs[k + 1]!, i);
+        }
+      }
+    }
+    if (found.length <= 3) return;
+    const triples: [number, number, number][] = [];
+    for (let k = 0; k < found.length; k += 3) triples.push([found[k]!, found[k + 1]!, found[k + 2]!]);
+    triples.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
+    found.length = 0;
+    for (const t of triples) found.push(...t);
+  }
+
+  /** `replacement` cut or padded with `*` to `length`, when replacements keep the length. */
+  #fit(replacement: Buffer, length: number): Buffer {
+    if (!this.#fitLength || replacement.length === length) return replacement;
+    const fitted = Buffer.alloc(length, MASK_BYTE);
+    replacement.copy(fitted, 0, 0, Math.min(replacement.length, length));
+    return fitted;
+  }
+
+  /**
+   * Detection without replacing (a request body bound for the wrong host): the pair of a form
+   * found anywhere in `data`, or -1, and where the bytes that must wait for the next
+   * chunk begin (`final`: none wait).
+   */
+  firstMatch(data: Buffer, final: boolean): { pair: number; hold: number } {
+    const jsonHere = this.#jsonSpellingsMayBeIn(data, 0);
+    const hold = final ? data.length : this.holdStart(data, 0, jsonHere);
+    this.#groups ??= groupByAnchor(this.#forms);
+    for (const { anchor, members } of this.#groups) {
+      for (let hit = data.indexOf(anchor); hit !== -1; hit = data.indexOf(anchor, hit + 1)) {
+        for (const f of members) {
+          const start = hit - f.anchorAt;
+          const end = start + f.bytes.length;
+          if (start >= 0 && end <= data.length && data.compare(f.bytes, 0, f.bytes.length, start, end) === 0)
+            return { pair: f.pair ?? -1, hold };
+        }
+      }
+    }
+    if (jsonHere) {
+      const found = this.#found;
+      found.length = 0;
+      this.#findJson(data, found);
+      if (found.length > 0) return { pair: this.#jsonPairs[found[2]!]!, hold };
+    }
+    return { pair: -1, hold };
+  }
+
   /** Scrubs one complete text, e.g. a response header value. */
   scrubText(value: string): string {
-    if (this.#forms.length === 0) return value;
+    if (!this.active) return value;
     const ascii = this.#asciiForms;
     if (ascii !== undefined) {
-      let found = false;
+      let found = this.#json.length > 0 && value.includes("\\");
       for (let i = 0; i < ascii.length && !found; i++) found = value.includes(ascii[i]!);
       if (!found) return value;
     }
@@ -292,7 +488,7 @@ export class ScrubPatterns {
 
   /** Scrubs a whole buffer (a held-back error body). Returns `data` itself when nothing matched. */
   scrubBuffer(data: Buffer): Buffer {
-    if (this.#forms.length === 0) return data;
+    if (!this.active) return data;
     return this.replace(data, true, new Int32Array(this.#forms.length)).out;
   }
 }
@@ -340,9 +536,14 @@ export class ResponseScrubber {
   }
 }
 
+/** `value` scrubbed by `patterns`, when there are any (upstream text quoted in a message). */
+export function scrubText(patterns: ScrubPatterns | undefined, value: string): string {
+  return patterns === undefined ? value : patterns.scrubText(value);
+}
+
 /**
- * Response headers with every secret form replaced. Returns `headers` itself when nothing
- * matched (the common case allocates nothing).
+ * Response headers (names and values) with every secret form replaced. Returns `headers`
+ * itself when nothing matched (the common case allocates nothing).
  */
 export function scrubHeaders(patterns: ScrubPatterns, headers: IncomingHttpHeaders): IncomingHttpHeaders {
   if (!patterns.active) return headers;
@@ -356,9 +557,12 @@ export function scrubHeaders(patterns: ScrubPatterns, headers: IncomingHttpHeade
     const changed = Array.isArray(value)
       ? (scrubbed as string[]).some((v, i) => v !== value[i])
       : scrubbed !== value;
-    if (changed) {
+    // A name is a token, and so are most keys: `x-echo-<key>: 1` would carry it.
+    const scrubbedName = patterns.scrubText(name);
+    if (changed || scrubbedName !== name) {
       copy ??= { ...headers };
-      copy[name] = scrubbed as string & string[];
+      if (scrubbedName !== name) delete copy[name];
+      copy[scrubbedName] = scrubbed as string & string[];
     }
   }
   return copy ?? headers;

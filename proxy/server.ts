@@ -670,11 +670,14 @@ export class Broker {
           bookkeep(x, answer, this.log, onEvent);
       } else {
         const result = await forwardWithPool(x, this.#agent, this.log, onEvent);
+        // A body refused after the upstream had begun to answer: the exchange was cut off.
+        const refused = x.refusedBody;
+        if (refused !== undefined) this.#logRefusal(x, refused);
         this.#record(
           x,
-          x.secret === undefined ? "passthrough" : "injected",
+          refused !== undefined ? "blocked" : x.secret === undefined ? "passthrough" : "injected",
           result.status,
-          undefined,
+          refused?.code,
           result,
         );
       }

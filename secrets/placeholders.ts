@@ -56,6 +56,11 @@ export class PlaceholderIndex {
     return this.#byKey.get(`${client}\0${provider}`);
   }
 
+  /** Every placeholder with its owner. */
+  entries(): IterableIterator<[string, PlaceholderOwner]> {
+    return this.#owners.entries();
+  }
+
   owner(placeholder: string): PlaceholderOwner | undefined {
     return this.#owners.get(placeholder);
   }

@@ -140,11 +140,16 @@ export async function startUpstream(): Promise<FakeUpstream> {
   // WebSocket: accept the upgrade, record it like a request, send one text frame, echo the rest.
   server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket) => {
     received.push(receivedOf(req, Buffer.alloc(0)));
-    // `?refuse=1`: the upgrade is refused with a 401 whose body echoes the credential.
-    if ((req.url ?? "").includes("refuse=1")) {
-      const body = JSON.stringify({ error: { message: `bad key: ${req.headers.authorization ?? ""}` } });
+    // `?refuse=1`: the upgrade is refused with a 401 whose body echoes the credential;
+    // `?refuse=2`: its reason phrase and a header name echo it too.
+    const refuse = /refuse=([12])/.exec(req.url ?? "")?.[1];
+    if (refuse !== undefined) {
+      const auth = String(req.headers.authorization ?? "");
+      const body = JSON.stringify({ error: { message: `bad key: ${auth}` } });
+      const reason = refuse === "2" ? `Bad key ${auth}` : "Unauthorized";
+      const named = refuse === "2" ? `X-Key-${auth.replace(/^Bearer /, "")}: 1\r\n` : "";
       socket.end(
-        `HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        `HTTP/1.1 401 ${reason}\r\n${named}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
       return;
     }

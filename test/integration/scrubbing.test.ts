@@ -87,6 +87,25 @@ describe("response scrubbing", () => {
     expect(r.body.endsWith("data: [DONE]\n\n")).toBe(true);
   });
 
+  it("catches a JSON echo with every character \\u-escaped, or escapes mixed, split across SSE chunks", async () => {
+    const uEscape = (key: string, pick: (i: number) => boolean) =>
+      [...key].map((c, i) => (pick(i) ? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}` : c)).join("");
+    f.upstream.routes.set("POST /echo-escaped", async (req: IncomingMessage, res: ServerResponse) => {
+      const key = keyOf(req);
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const text = `data: {"all":"${uEscape(key, () => true)}","mixed":"${uEscape(key, (i) => i % 2 === 1)}"}\n\n`;
+      for (let i = 0; i < text.length; i += 5) {
+        res.write(text.slice(i, i + 5));
+        await new Promise((r) => setImmediate(r));
+      }
+      res.end();
+    });
+    const r = await get("/echo-escaped");
+    const json = JSON.parse(r.body.slice("data: ".length)) as { all: string; mixed: string };
+    expect(json).toEqual({ all: ph, mixed: ph });
+    expectClean(r.body);
+  });
+
   it("scrubs a large body with a Content-Length", async () => {
     f.upstream.routes.set("POST /echo-big", (req: IncomingMessage, res: ServerResponse) => {
       const filler = "x".repeat(300 * 1024);

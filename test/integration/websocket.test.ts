@@ -1,29 +1,14 @@
 // WebSocket upgrades (OpenAI Realtime): the credential is injected into the upgrade request,
 // intercepted and in reverse mode, and frames flow both ways afterwards.
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
-import { request as httpRequest } from "node:http";
-import { connect as tlsConnect } from "node:tls";
 import { WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { openTunnel } from "../helpers/tunnel.js";
 
 /** Sends a raw upgrade request through the broker's CONNECT tunnel; returns all it answered. */
 async function rawUpgrade(target: string, path: string, authorization: string): Promise<string> {
-  const connect = httpRequest({
-    host: "127.0.0.1",
-    port: f.broker.port,
-    method: "CONNECT",
-    path: `${target}:443`,
-  });
-  connect.end();
-  const [res, tunnel] = (await once(connect, "connect")) as [
-    { statusCode: number },
-    import("node:net").Socket,
-  ];
-  expect(res.statusCode).toBe(200);
-  const tls = tlsConnect({ socket: tunnel, servername: target, ca: readFileSync(f.broker.caPath, "utf8") });
-  await once(tls, "secureConnect");
+  const tls = await openTunnel(f.broker, target);
   tls.write(
     `GET ${path} HTTP/1.1\r\nHost: ${target}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
       `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +

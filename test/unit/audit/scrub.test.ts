@@ -15,6 +15,26 @@ describe("Scrubber", () => {
     expect(out).toContain("[REDACTED]");
   });
 
+  it("masks JSON spellings with every character \\u-escaped, mixed escapes and \\/", () => {
+    const s = new Scrubber();
+    s.add(secret);
+    const u = (c: string, upper = false) => {
+      const hex = c.charCodeAt(0).toString(16).padStart(4, "0");
+      return `\\u${upper ? hex.toUpperCase() : hex}`;
+    };
+    const spellings = [
+      [...secret].map((c) => u(c)).join(""),
+      [...secret].map((c) => u(c, true)).join(""),
+      [...secret].map((c, i) => (i % 2 ? u(c) : c === "/" ? "\\/" : c)).join(""),
+      secret.replace("/", "\\/").replace("a", u("a")),
+    ];
+    for (const spelling of spellings) {
+      const line = `{"message":"bad key ${spelling}\\n"}`;
+      expect(JSON.parse(line).message).toContain(secret);
+      expect(s.scrub(line), spelling).toBe('{"message":"bad key [REDACTED]\\n"}');
+    }
+  });
+
   it("finds the base64 core at every alignment", () => {
     const s = new Scrubber();
     s.add(secret);

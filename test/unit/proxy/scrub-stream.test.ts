@@ -42,6 +42,7 @@ const BODY = Buffer.from(
     `<a href="https://example.com/cb?key=${encodeURIComponent(SECRET)}&alt=sse">next</a>`,
     `data: {"delta":"héllo wörld 日本語 🎉 ${OPENAI} ✓"}`,
     `{"echo":${JSON.stringify(OPENAI)},"php":"${JSON.stringify(SECRET).slice(1, -1).replace(/\//g, "\\/")}"}`,
+    `{"escaped":"${uEscaped(OPENAI, (i) => i % 3 === 0)}","all":"${uEscaped(SECRET)}\\n"}`,
   ].join("\n"),
 );
 
@@ -136,6 +137,10 @@ describe("ResponseScrubber: streaming", () => {
 
   it("scrubs the sample body at once", () => {
     expectClean(whole.toString());
+    expect(whole.toString()).not.toContain(uEscaped(OPENAI, (i) => i % 3 === 0));
+    expect(whole.toString()).toContain(
+      `{"escaped":"${OPENAI_PH}","all":"${JSON.stringify(PLACEHOLDER).slice(1, -1)}\\n"}`,
+    );
     expect(whole.toString()).toContain(PLACEHOLDER);
     expect(whole.toString()).toContain(OPENAI_PH);
     expect(whole.toString()).toContain("héllo wörld 日本語 🎉");
@@ -240,7 +245,71 @@ describe("ScrubPatterns", () => {
     expect(p.size).toBe(4);
     const n = OPENAI.length;
     const core = (shift: number) => Math.floor(((shift + n) * 4) / 3) - Math.ceil((shift * 4) / 3);
-    expect(p.holdback).toBe(Math.max(n, core(0), core(1), core(2)) - 1);
+    expect(Math.max(n, core(0), core(1), core(2))).toBeLessThan(6 * n);
+    // The longest spelling is JSON's with every character `\u`-escaped.
+    expect(p.holdback).toBe(6 * n - 1);
+  });
+});
+
+/** `text` with the characters at the positions `pick` approves written as `\uXXXX`. */
+function uEscaped(text: string, pick: (i: number) => boolean = () => true, upper = false): string {
+  return [...text]
+    .map((c, i) => {
+      if (!pick(i)) return JSON.stringify(c).slice(1, -1);
+      const hex = c.charCodeAt(0).toString(16).padStart(4, "0");
+      return `\\u${upper ? hex.toUpperCase() : hex}`;
+    })
+    .join("");
+}
+
+describe("ScrubPatterns: every JSON spelling", () => {
+  const spellings: [string, string][] = [
+    ["every character \\u-escaped", uEscaped(OPENAI)],
+    ["every character \\u-escaped, upper-case hex", uEscaped(OPENAI, () => true, true)],
+    ["every other character \\u-escaped", uEscaped(OPENAI, (i) => i % 2 === 0)],
+    ["only the last character escaped", uEscaped(OPENAI, (i) => i === OPENAI.length - 1)],
+    ["only the first character escaped", uEscaped(OPENAI, (i) => i === 0)],
+    ["mixed escapes of a key with / and quotes", uEscaped(SECRET, (i) => i % 3 === 1)],
+    [
+      "\\/ with the quote as \\u0022",
+      JSON.stringify(SECRET).slice(1, -1).replace("/", "\\/").replace('\\"', "\\u0022"),
+    ],
+  ];
+
+  for (const [name, spelling] of spellings) {
+    it(`scrubs ${name}, whole and split at every position, keeping valid JSON`, () => {
+      const body = Buffer.from(`{"a":"\\n\\u00e9 key: ${spelling} end\\n","b":1}`);
+      const decoded = JSON.parse(body.toString()) as { a: string };
+      expect(decoded.a).toMatch(/key: (sk-real-openai|wJalr)/);
+      const whole = patterns.scrubBuffer(body);
+      const parsed = JSON.parse(whole.toString()) as { a: string };
+      expect(parsed.a).not.toContain(OPENAI);
+      expect(parsed.a).not.toContain(SECRET);
+      expect(parsed.a).toMatch(new RegExp(`key: (${OPENAI_PH}|${PLACEHOLDER}) end`));
+      for (let i = 0; i <= body.length; i++) {
+        const out = streamed([body.subarray(0, i), body.subarray(i)]);
+        if (!out.equals(whole)) expect.fail(`split at ${i}: ${out.toString()}`);
+      }
+      expect(streamed([...body].map((b) => Buffer.from([b]))).equals(whole)).toBe(true);
+    });
+  }
+
+  it("keeps the length when replacements must (a body of known length)", () => {
+    const body = Buffer.from(`{"k":"${uEscaped(OPENAI, (i) => i < 5)}"}`);
+    const out = patterns.sameLength().scrubBuffer(body);
+    expect(out.length).toBe(body.length);
+    expect(JSON.parse(out.toString()).k).not.toContain(OPENAI.slice(5, 20));
+  });
+
+  it("scrubs an escaped echo in a header value", () => {
+    expect(patterns.scrubText(`key=${uEscaped(OPENAI)}`)).toBe(`key=${OPENAI_PH}`);
+  });
+
+  it("leaves JSON whose escapes spell something else byte for byte", () => {
+    const body = Buffer.from(
+      `{"a":"line\\nnext \\u00e9t\\u00e9 ${uEscaped("sk-real-openai-7f3a")} \\\\u0073k-real"}`,
+    );
+    expect(patterns.scrubBuffer(body)).toBe(body);
   });
 });
 
@@ -295,5 +364,36 @@ describe("ScrubPatterns: anchored search", () => {
     const headers = scrubHeaders(q, { "x-echo": `token=${secret}`, "x-other": "plain" });
     expect(headers["x-echo"]).toBe("token=PLACEHOLDER");
     expect(headers["x-other"]).toBe("plain");
+  });
+});
+
+describe("ScrubPatterns.firstMatch (request bodies)", () => {
+  const phs = Array.from(
+    { length: 30 },
+    (_, i) => `sk-kb-kbph-${String(i).padStart(2, "0")}${"Q".repeat(30)}`,
+  );
+  const p = new ScrubPatterns(phs.map((secret) => ({ secret, replacement: "" })));
+
+  it("names the secret found, in each form, among many sharing a prefix", () => {
+    const target = phs[17]!;
+    for (const text of [
+      `x=${target}&y`,
+      `{"k":"${uEscaped(target)}"}`,
+      encodeURIComponent(`a b ${target}`),
+      Buffer.from(`u:${target}`).toString("base64"),
+    ]) {
+      expect(p.firstMatch(Buffer.from(text), true).pair, text).toBe(17);
+    }
+    expect(p.firstMatch(Buffer.from(`sk-kb-kbph-99${"Q".repeat(30)} kbph-`), true).pair).toBe(-1);
+  });
+
+  it("holds a tail that could begin one, so a split one is found with the next chunk", () => {
+    const text = Buffer.from(`body ${phs[3]} end`);
+    for (let i = 1; i < text.length; i++) {
+      const first = p.firstMatch(text.subarray(0, i), false);
+      if (first.pair !== -1) continue; // wholly in the first piece
+      const rest = Buffer.concat([text.subarray(first.hold, i), text.subarray(i)]);
+      expect(p.firstMatch(rest, true).pair, `split at ${i}`).toBe(3);
+    }
   });
 });
