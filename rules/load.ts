@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml";
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
+import { checkFiles } from "./check-files.js";
 import { compileRules } from "./compile.js";
 import { crossCheck } from "./cross-check.js";
 import { ruleTextDigest } from "./digest.js";
@@ -69,6 +70,7 @@ export function parseRules(text: string, origin: string, baseDir: string): Rules
   const found: PathProblem[] = [
     ...(result.success ? [] : schemaProblems(result.error.issues)),
     ...crossCheck(raw),
+    ...checkFiles(raw, baseDir),
   ];
   if (found.length > 0 || !result.success) {
     const seen = new Set<string>();
