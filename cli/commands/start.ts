@@ -22,7 +22,8 @@ export const start: Command = {
 Runs the broker in the foreground on the rule file's listen address (default 127.0.0.1:8899),
 or on the embedded default catalogue when there is no rule file. Prints the address and the CA
 path on one line. SIGHUP or a change to the rule file reloads it; an invalid file is rejected
-and the old rules stay. SIGINT/SIGTERM stop it.
+and the old rules stay. SIGINT/SIGTERM (or keybroker stop) stop it, with a last line
+"keybroker stopped (SIGTERM)".
 
   --port N         listen on this port instead (0 picks a free one)
 
@@ -58,7 +59,7 @@ ${COMMON_HELP}`,
         throw new UserError(
           other !== undefined
             ? alreadyRunning(where, other.pid)
-            : `${where} is already in use: is another keybroker running (keybroker status)? Or pick --port`,
+            : `${where} is already in use: is another keybroker running (keybroker status; keybroker stop)? Or pick --port`,
         );
       }
       throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
@@ -108,14 +109,15 @@ ${COMMON_HELP}`,
             timer = setTimeout(() => reload("rule file changed"), 150);
           });
 
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once("SIGINT", resolve);
+      process.once("SIGTERM", resolve);
     });
+    ctx.log.info({ signal }, "shutting down: closing connections, saving pool marks and the audit log");
     watcher?.close();
     clearTimeout(timer);
     await broker.close();
+    ctx.out(`keybroker stopped (${signal})`);
     return 0;
   },
 };
