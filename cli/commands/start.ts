@@ -27,7 +27,8 @@ and the old rules stay. SIGINT/SIGTERM (or keybroker stop) stop it, with a last 
 
   --port N         listen on this port instead (0 picks a free one)
 
-Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), and the variables
+Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), KEYBROKER_LOG_FORMAT
+(pretty on a terminal, else json), KEYBROKER_ACCESS_LOG=1 (a log line per request), and the variables
 that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...). KEYBROKER_V8_TUNING=off
 keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
 replaces their flag list.
