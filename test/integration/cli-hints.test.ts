@@ -4,22 +4,13 @@
 import { once } from "node:events";
 import { request } from "node:http";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
-import { cli, findSecrets, tempHome, writeConfig } from "../helpers/broker.js";
+import { describe, expect, it } from "vitest";
+import { cli, scannedHomes, writeConfig } from "../helpers/broker.js";
 import { ALL_REAL, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
-
-const homes: string[] = [];
-function home(): string {
-  const h = tempHome();
-  homes.push(h);
-  return h;
-}
 
 const CRON_TOKEN = "kb-cron-token-Zq81xVb77Lm0";
 
-afterAll(() => {
-  expect(findSecrets([...ALL_REAL, CRON_TOKEN], homes)).toEqual([]);
-});
+const { home, homes } = scannedHomes([...ALL_REAL, CRON_TOKEN]);
 
 describe("did you mean", () => {
   it("suggests the command closest to a mistyped one", () => {

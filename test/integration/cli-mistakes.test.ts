@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { writeAuditEntries } from "../helpers/audit.js";
 import {
   baseEnv,
@@ -13,24 +13,16 @@ import {
   type CliResult,
   cli,
   cliAsync,
-  findSecrets,
   outputs,
+  runProcess,
+  scannedHomes,
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
 import { ALL_REAL, REAL_OPENAI } from "../helpers/fixture.js";
 import { startUpstream } from "../helpers/upstream.js";
 
-const homes: string[] = [];
-function home(): string {
-  const h = tempHome();
-  homes.push(h);
-  return h;
-}
-
-afterAll(() => {
-  expect(findSecrets(ALL_REAL, homes)).toEqual([]);
-});
+const { home, homes } = scannedHomes(ALL_REAL);
 
 /** No stack trace, no `internal error`, whatever went wrong. */
 function expectNoCrash(r: CliResult, what: string): void {
@@ -61,28 +53,6 @@ async function withClosedStdout(args: string[], env: Record<string, string> = {}
 }
 
 const DEADLINE_MS = 90_000;
-
-/** A command of the fuzz table, killed if it is still running at the deadline (status null). */
-async function runWithDeadline(args: string[], env: Record<string, string>, cwd: string): Promise<CliResult> {
-  const child = spawn(process.execPath, [CLI, ...args], {
-    env: baseEnv(env),
-    cwd,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const timer = setTimeout(() => child.kill("SIGKILL"), DEADLINE_MS);
-  const [code, signal] = (await once(child, "close")) as [number | null, string | null];
-  clearTimeout(timer);
-  outputs.push(stdout, stderr);
-  return { status: signal === "SIGKILL" ? null : code, stdout, stderr };
-}
 
 describe("a closed pipe ends the command quietly", () => {
   it("check | head -1 keeps check's own exit code and prints no error", async () => {
@@ -333,7 +303,11 @@ describe("fuzz: every command with empty, missing, mistyped and misplaced values
     const queue = [...table];
     const worker = async () => {
       for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
-        const r = await runWithDeadline(item.args, { KEYBROKER_HOME: h, OPENAI_API_KEY: REAL_OPENAI }, dir);
+        const r = await runProcess(process.execPath, [CLI, ...item.args], {
+          env: { KEYBROKER_HOME: h, OPENAI_API_KEY: REAL_OPENAI },
+          cwd: dir,
+          deadlineMs: DEADLINE_MS,
+        });
         const what = `keybroker ${item.args.join(" ")} → ${r.status}`;
         const text = r.stdout + r.stderr;
         if (r.status === null) failures.push(`${what}: still running after ${DEADLINE_MS / 1000}s`);

@@ -4,20 +4,11 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
-import { baseEnv, cliAsync, findSecrets, outputs, ROOT, startBroker, tempHome } from "../helpers/broker.js";
+import { describe, expect, it } from "vitest";
+import { baseEnv, cliAsync, outputs, ROOT, scannedHomes, startBroker } from "../helpers/broker.js";
 import { ALL_REAL, REAL_OPENAI } from "../helpers/fixture.js";
 
-const homes: string[] = [];
-function home(): string {
-  const h = tempHome();
-  homes.push(h);
-  return h;
-}
-
-afterAll(() => {
-  expect(findSecrets(ALL_REAL, homes)).toEqual([]);
-});
+const { home } = scannedHomes(ALL_REAL);
 
 function alive(pid: number): boolean {
   try {

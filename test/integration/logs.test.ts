@@ -3,22 +3,13 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { request } from "undici";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { currentAuditFile } from "../../audit/audit-log.js";
 import { writeAuditEntries } from "../helpers/audit.js";
-import { cli, findSecrets, tempHome, writeConfig } from "../helpers/broker.js";
+import { cli, findSecrets, scannedHomes, writeConfig } from "../helpers/broker.js";
 import { ALL_REAL, type FixtureOptions, REAL_GEMINI, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 
-const homes: string[] = [];
-function home(): string {
-  const h = tempHome();
-  homes.push(h);
-  return h;
-}
-
-afterAll(() => {
-  expect(findSecrets(ALL_REAL, homes)).toEqual([]);
-});
+const { home, homes } = scannedHomes(ALL_REAL);
 
 /** Two requests through a fixture broker (a header and a query injection); its stderr after. */
 async function brokerLog(opts: FixtureOptions): Promise<string> {
