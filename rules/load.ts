@@ -28,7 +28,10 @@ export function loadRules(path: string | undefined): Rules {
       cause: err,
     });
   }
-  return { ...parseRules(text, absolute, dirname(absolute), { checkFiles: true }), digest: ruleTextDigest(text) };
+  return {
+    ...parseRules(text, absolute, dirname(absolute), { checkFiles: true }),
+    digest: ruleTextDigest(text),
+  };
 }
 
 /**

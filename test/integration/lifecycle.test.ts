@@ -2,7 +2,7 @@
 // no orphan when it is sent SIGTERM.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { baseEnv, cliAsync, outputs, ROOT, scannedHomes, startBroker } from "../helpers/broker.js";
@@ -35,7 +35,7 @@ describe("keybroker stop", () => {
     expect(code).toBe(0);
     expect(broker.stdout()).toMatch(/keybroker stopped \(SIGTERM\)\n$/);
     expect(broker.stderr()).toContain('"signal":"SIGTERM"');
-    expect(existsSync(join(h, "broker.json"))).toBe(false);
+    expect(existsSync(join(h, "run", `broker-${broker.port}.json`))).toBe(false);
     await broker.stop();
   });
 
@@ -61,10 +61,11 @@ describe("keybroker stop", () => {
   it("never signals a process that only reuses a recorded pid: the record must answer as that broker", async () => {
     const h = home();
     const broker = await startBroker({ home: h });
-    const record = readFileSync(join(h, "broker.json"), "utf8");
+    const path = join(h, "run", `broker-${broker.port}.json`);
+    const record = readFileSync(path, "utf8");
     await broker.stop();
     // A stale record (a crash leaves one) naming this test's own pid.
-    writeFileSync(join(h, "broker.json"), record.replace(/"pid": \d+/, `"pid": ${process.pid}`));
+    writeFileSync(path, record.replace(/"pid": \d+/, `"pid": ${process.pid}`));
     const r = await cliAsync(["stop", "--home", h]);
     expect(r.status).toBe(3);
   });
@@ -89,7 +90,8 @@ describe("npm start", () => {
     const exited = once(npm, "exit");
     const closed = once(npm, "close");
     while (!out.includes("listening on")) await once(npm.stdout, "data");
-    const pid = (JSON.parse(readFileSync(join(h, "broker.json"), "utf8")) as { pid: number }).pid;
+    const [name] = readdirSync(join(h, "run")).filter((f) => /^broker-\d+\.json$/.test(f));
+    const pid = (JSON.parse(readFileSync(join(h, "run", name!), "utf8")) as { pid: number }).pid;
     expect(pid).not.toBe(npm.pid);
     expect(alive(pid)).toBe(true);
     npm.kill("SIGTERM");

@@ -152,16 +152,16 @@ describe("check --json", () => {
 });
 
 describe("audit verify --json", () => {
-  it("prints ok, lines and files for an intact chain, and the first bad line for a broken one", async () => {
+  it("prints both chains: ok, lines and files when intact, and the first bad line of a broken one", async () => {
     const h = home();
     await writeAuditEntries(h, 4);
     const ok = cli(["audit", "verify", "--json", "--home", h]);
     expect(ok.status).toBe(0);
     expect(JSON.parse(ok.stdout)).toEqual({
       ok: true,
-      files: [currentAuditFile(h)],
-      lines: 4,
-      fromGenesis: true,
+      exitCode: 0,
+      audit: { ok: true, files: [currentAuditFile(h)], lines: 4, fromGenesis: true, gaps: [] },
+      security: { ok: true, files: [], lines: 0, fromGenesis: true, gaps: [] },
     });
     const path = currentAuditFile(h);
     const lines = readFileSync(path, "utf8").split("\n");
@@ -171,9 +171,9 @@ describe("audit verify --json", () => {
     expect(broken.status).toBe(1);
     expect(JSON.parse(broken.stdout)).toMatchObject({
       ok: false,
-      file: join(h, "audit", "audit.jsonl"),
-      line: 2,
-      lines: 1,
+      exitCode: 1,
+      audit: { ok: false, file: join(h, "audit", "audit.jsonl"), line: 2, lines: 1 },
+      security: { ok: true },
     });
   });
 });
