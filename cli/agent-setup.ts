@@ -17,7 +17,10 @@ import { type Context, localResolver, type RunningBroker } from "./context.js";
 export function localAgentView(rt: Runtime, client: string): AgentView {
   const view = agentView(rt, client);
   if (view === undefined) {
-    throw new UserError(`client "${client}" is not defined in the rule file: add it under clients:`);
+    const known = [...rt.clients.keys()].join(", ");
+    throw new UserError(
+      `no such client "${client}" (known: ${known}): add it under clients: in ${rt.rules.origin}`,
+    );
   }
   return view;
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // keybroker's command line: one file per command under cli/commands/.
 import { knownSecrets } from "../audit/scrub.js";
-import { UserError } from "../core/errors.js";
-import { UsageError } from "./args.js";
+import { UsageError, UserError } from "../core/errors.js";
+import { suggest } from "../rules/errors.js";
 import type { Command } from "./command.js";
 
 /**
@@ -25,6 +25,11 @@ const COMMANDS: readonly CommandEntry[] = [
     name: "start",
     summary: "run the broker in the foreground",
     load: async () => (await import("./commands/start.js")).start,
+  },
+  {
+    name: "stop",
+    summary: "stop the broker running for this home",
+    load: async () => (await import("./commands/stop.js")).stop,
   },
   {
     name: "run",
@@ -83,8 +88,38 @@ function usage(): string {
   ].join("\n");
 }
 
+/** The options every command takes, which may also come before the command's name. */
+const GLOBAL_FLAGS = ["--home", "--config"];
+
+/**
+ * Splits `keybroker [--home DIR] [--config FILE] <command> [args]`: the global flags given
+ * before the command are handed to it first, ahead of its own arguments (and of `run`'s `--`).
+ */
+function splitGlobals(argv: string[]): { name: string | undefined; rest: string[] } {
+  const globals: string[] = [];
+  let i = 0;
+  for (; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const flag = arg.split("=")[0]!;
+    if (!GLOBAL_FLAGS.includes(flag)) break;
+    if (arg.includes("=")) globals.push(arg);
+    else {
+      if (i + 1 >= argv.length) throw new UsageError(`${arg} needs a value`);
+      globals.push(arg, argv[++i]!);
+    }
+  }
+  return { name: argv[i], rest: [...globals, ...argv.slice(i + 1)] };
+}
+
 async function main(argv: string[]): Promise<number> {
-  const [name, ...rest] = argv;
+  let name: string | undefined;
+  let rest: string[];
+  try {
+    ({ name, rest } = splitGlobals(argv));
+  } catch (err) {
+    process.stderr.write(`keybroker: ${(err as Error).message}\n`);
+    return 2;
+  }
   if (name === undefined || name === "-h" || name === "--help" || name === "help") {
     process.stdout.write(usage() + "\n");
     return name === undefined ? 2 : 0;
@@ -95,7 +130,16 @@ async function main(argv: string[]): Promise<number> {
   }
   const entry = COMMANDS.find((c) => c.name === name);
   if (entry === undefined) {
-    process.stderr.write(`keybroker: unknown command "${name}"\n\n${usage()}\n`);
+    const option = name.startsWith("-");
+    const close = option
+      ? suggest(name.replace(/^-+/, ""), ["home", "config", "help", "version"])
+      : suggest(
+          name,
+          COMMANDS.map((c) => c.name),
+        );
+    const hint = close === undefined ? "" : ` — did you mean "${option ? "--" : ""}${close}"?`;
+    const more = close === undefined ? `\n${usage()}` : "(keybroker --help lists the commands)";
+    process.stderr.write(`keybroker: unknown ${option ? "option" : "command"} "${name}"${hint}\n${more}\n`);
     return 2;
   }
   const command = await entry.load();
@@ -118,9 +162,55 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(knownSecrets.scrub(`keybroker ${name}: ${err.message}\n`));
       return 1;
     }
+    const system = systemErrorMessage(err);
+    if (system !== undefined) {
+      process.stderr.write(knownSecrets.scrub(`keybroker ${name}: ${system}\n`));
+      return 1;
+    }
     throw err;
   }
 }
+
+const SYSTEM_ERRORS: Record<string, string> = {
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  ENOENT: "no such file or folder",
+  ENOTDIR: "a part of the path is not a folder",
+  EISDIR: "is a folder, not a file",
+  EEXIST: "already exists",
+  EROFS: "read-only file system",
+  ENOSPC: "no space left on the device",
+};
+
+/**
+ * A file-system error on a path the user gave or owns (an unreadable home, a file where a folder
+ * belongs): an ordinary mistake, reported with the path and no stack trace.
+ */
+function systemErrorMessage(err: unknown): string | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const e = err as NodeJS.ErrnoException;
+  // `cannot write …/home.key: …`, already a message, with the system error as its cause.
+  const cause = e.cause as NodeJS.ErrnoException | undefined;
+  if (e.code === undefined && cause?.code !== undefined && SYSTEM_ERRORS[cause.code] !== undefined)
+    return `${e.message}; check the path and its permissions (--home, --config)`;
+  if (e.code === undefined || e.path === undefined) return undefined;
+  const what = SYSTEM_ERRORS[e.code];
+  if (what === undefined) return undefined;
+  return `cannot ${e.syscall ?? "use"} ${e.path}: ${what} (${e.code}); check the path and its permissions (--home, --config)`;
+}
+
+/**
+ * A reader that goes away (`keybroker check | head -1`) is not an error: the rest of the
+ * output is dropped and the command ends with its own exit code (docs/decisions.md, 46).
+ */
+function dropOutputWhenClosed(stream: NodeJS.WriteStream): void {
+  stream.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code === "EPIPE" || err.code === "ERR_STREAM_DESTROYED") return;
+    throw err;
+  });
+}
+dropOutputWhenClosed(process.stdout);
+dropOutputWhenClosed(process.stderr);
 
 process.on("uncaughtException", (err) => {
   process.stderr.write(knownSecrets.scrub(`keybroker: internal error: ${err.stack ?? err.message}\n`));

@@ -15,7 +15,7 @@ export function readRules(
     const path = findRuleFile({ config, env: ctx.env, cwd: ctx.cwd, home: ctx.home });
     return { path, rules: loadRules(path) };
   } catch (err) {
-    if (err instanceof RuleFileError) throw new UserError(err.message);
+    if (err instanceof RuleFileError) throw new UserError(err.message, { cause: err });
     throw err;
   }
 }

@@ -49,6 +49,11 @@ export class BrokerError extends Error {
   }
 }
 
+/** A bad flag, argument or variable such as KEYBROKER_LOG_LEVEL (exit code 2). */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
 /** A problem the user can fix from the command line (exit code 1). */
 export class UserError extends Error {
   override name = "UserError";

@@ -113,7 +113,7 @@ export async function handleAdmin(
       if (view === undefined) {
         throw new BrokerError(
           "bad_request",
-          `client "${client}" is not defined in the running broker's rules (${broker.runtime.rules.origin})`,
+          `no such client "${client}" (known: ${[...broker.runtime.clients.keys()].join(", ")}) in the running broker's rules (${broker.runtime.rules.origin})`,
           { hint: "add it under clients:, or pick one with --client" },
         );
       }

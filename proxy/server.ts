@@ -27,6 +27,7 @@ import { PoolState } from "../secrets/pool.js";
 import { mayMark } from "../secrets/quota.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
+import { accessLogFromEnv, logAccess } from "./access-log.js";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { answerClientErrors, writeRawError } from "./client-errors.js";
@@ -119,12 +120,15 @@ export class Broker {
   /** OAuth logins from the token store, followed as they change (SPEC §8). */
   readonly logins: OAuthLogins;
   readonly #refresher: Refresher;
+  /** KEYBROKER_ACCESS_LOG, read once; the rule file's `log.access` is read per rule set. */
+  readonly #accessLogEnv: boolean;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
     this.#opts = opts;
+    this.#accessLogEnv = accessLogFromEnv(opts.env ?? process.env);
     this.home = opts.home;
     this.log = opts.log;
     this.ca = ca;
@@ -370,17 +374,30 @@ export class Broker {
 
   #authenticate(header: string | undefined): ClientState {
     const { user, password } = proxyCredentials(header);
-    const client = this.#rt.authenticate(user, password);
-    if (client === undefined) {
-      throw new BrokerError(
-        "client_unauthorized",
-        user === undefined
-          ? "this broker needs a client name and token"
-          : `client "${user}" did not authenticate`,
-        { hint: "use the proxy URL that `keybroker env --client <name>` prints" },
-      );
+    const rt = this.#rt;
+    const client = rt.authenticate(user, password);
+    if (client !== undefined) return client;
+    const name = user === undefined || user === "" ? "default" : user.slice(0, 64);
+    const known = [...rt.clients.keys()].join(", ");
+    let message: string;
+    let reason: string;
+    if (user === undefined || user === "") {
+      reason = "no proxy credentials";
+      message = "this broker needs a client name and token";
+    } else if (rt.clients.has(name)) {
+      reason = password === undefined ? "no token" : "wrong token";
+      message = `client "${name}" did not authenticate`;
+    } else {
+      reason = "no such client";
+      // Off loopback, a caller that has not authenticated learns no client names.
+      const listed = isLoopbackHost(rt.rules.listen.host) ? ` (known: ${known})` : "";
+      message = `no such client "${name}"${listed}`;
     }
-    return client;
+    // Never the token: only the name it claimed and why it failed.
+    this.log.warn({ client: name, reason, known }, `proxy authentication failed (407): ${reason}`);
+    throw new BrokerError("client_unauthorized", message, {
+      hint: "use the proxy URL that `keybroker env --client <name>` prints",
+    });
   }
 
   #onConnect(req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -706,6 +723,7 @@ export class Broker {
 
   /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
   #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
+    if (this.#accessLogEnv || x.rt.rules.accessLog) logAccess(this.log, x, decision, status, code, result);
     if (this.#audit === undefined) return;
     const query = x.provider?.rule.inject.query;
     // Built in one literal (absent fields stay undefined and are left out of the line): one

@@ -86,6 +86,7 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     scrubResponses: file.scrub?.responses ?? true,
     timeouts: compileTimeouts(file.timeouts ?? undefined),
     limits: file.limits?.connections === undefined ? {} : { connections: file.limits.connections },
+    accessLog: file.log?.access ?? false,
   };
 }
 

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml";
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
+import { checkFiles } from "./check-files.js";
 import { compileRules } from "./compile.js";
 import { crossCheck } from "./cross-check.js";
 import { ruleTextDigest } from "./digest.js";
@@ -27,14 +28,23 @@ export function loadRules(path: string | undefined): Rules {
       cause: err,
     });
   }
-  return { ...parseRules(text, absolute, dirname(absolute)), digest: ruleTextDigest(text) };
+  return {
+    ...parseRules(text, absolute, dirname(absolute), { checkFiles: true }),
+    digest: ruleTextDigest(text),
+  };
 }
 
 /**
  * Parses, validates and compiles rule-file text. `origin` names it in messages; relative paths
- * in it are taken from `baseDir`. Throws a RuleFileError listing every problem.
+ * in it are taken from `baseDir`. Throws a RuleFileError listing every problem. `checkFiles`
+ * also reads the files the broker will need (upstream_ca), as loadRules does for a real file.
  */
-export function parseRules(text: string, origin: string, baseDir: string): Rules {
+export function parseRules(
+  text: string,
+  origin: string,
+  baseDir: string,
+  opts: { readonly checkFiles?: boolean } = {},
+): Rules {
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, strict: true });
   if (doc.errors.length > 0) {
@@ -69,6 +79,7 @@ export function parseRules(text: string, origin: string, baseDir: string): Rules
   const found: PathProblem[] = [
     ...(result.success ? [] : schemaProblems(result.error.issues)),
     ...crossCheck(raw),
+    ...(opts.checkFiles === true ? checkFiles(raw, baseDir) : []),
   ];
   if (found.length > 0 || !result.success) {
     const seen = new Set<string>();

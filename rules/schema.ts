@@ -610,6 +610,10 @@ export const ruleFileSchema = strict({
     /** Open client connections; beyond it new ones are refused (default: from the fd limit). */
     connections: z.number(expect("a whole number")).int("must be a whole number").min(1).optional(),
   }).nullish(),
+  log: strict({
+    /** One log line per request: client, provider, method, host, path, status, bytes, time. */
+    access: z.boolean(expect("true or false")).optional(),
+  }).nullish(),
 });
 
 /** A parsed, schema-valid rule file: the YAML's shape, before defaults. */

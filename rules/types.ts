@@ -206,6 +206,8 @@ export interface Rules {
     /** Open client connections at most; unset = derived from the process's fd limit. */
     readonly connections?: number;
   };
+  /** `log.access`: one log line per request (also KEYBROKER_ACCESS_LOG=1). */
+  readonly accessLog: boolean;
 }
 
 /** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */

@@ -12,7 +12,7 @@ export const EXIT_AUDIT_GAP = 4;
 
 export const audit: Command = {
   name: "audit",
-  help: `Usage: keybroker audit verify [--home DIR]
+  help: `Usage: keybroker audit verify [--json] [--home DIR]
        keybroker audit tail [-f] [--json] [-n N] [--security] [--home DIR]
 
 The audit log is $KEYBROKER_HOME/audit/audit.jsonl (0600, folder 0700): one JSON line per
@@ -29,6 +29,9 @@ resumes, by a gap line: how many events were lost, and the first and last time.
                   matches its hash; a removed, inserted or reordered line breaks the link of the
                   line after it. Exit 0 when intact, 1 naming the first bad line, ${EXIT_AUDIT_GAP} when
                   intact but a gap line records lost events (each gap is listed).
+    --json          one JSON object: ok, exitCode, and per chain (audit, security) ok, lines,
+                    files, fromGenesis, gaps, or for a broken chain ok: false with file, line
+                    and problem (same exit codes)
   tail            the last lines, one readable line each: time, decision, client → provider,
                   method host path, status
     -n, --lines N   how many lines to show first (default ${DEFAULT_LINES}; 0 for none)
@@ -53,11 +56,11 @@ ${COMMON_HELP}`,
     if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
     const ctx = createContext(values);
     if (action === "verify") {
-      for (const flag of ["follow", "json", "lines", "security"] as const) {
+      for (const flag of ["follow", "lines", "security"] as const) {
         if (values[flag] !== undefined)
           throw new UsageError(`--${flag} is an option of audit tail, not verify`);
       }
-      return verify(ctx);
+      return verify(ctx, values.json === true);
     }
     if (action !== "tail") throw new UsageError(`unknown action "${action}": use verify or tail`);
     let count = DEFAULT_LINES;
@@ -76,16 +79,23 @@ ${COMMON_HELP}`,
   },
 };
 
-async function verify(ctx: Context): Promise<number> {
-  let status = 0;
-  for (const chain of ["audit", "security"] as const) {
-    const result = await verifyAudit(ctx.home, chain);
+async function verify(ctx: Context, json: boolean): Promise<number> {
+  const results = {
+    audit: await verifyAudit(ctx.home, "audit"),
+    security: await verifyAudit(ctx.home, "security"),
+  };
+  const all = Object.values(results);
+  const status = all.some((r) => !r.ok) ? 1 : all.some((r) => r.ok && r.gaps.length > 0) ? EXIT_AUDIT_GAP : 0;
+  if (json) {
+    ctx.out(JSON.stringify({ ok: status === 0, exitCode: status, ...results }, null, 2));
+    return status;
+  }
+  for (const [chain, result] of Object.entries(results)) {
     if (!result.ok) {
       ctx.err(
         `${chain} log broken at ${basename(result.file)} line ${result.line}: ${result.problem}\n` +
           `(${result.lines} line(s) before it verified; files in ${auditDir(ctx.home)})`,
       );
-      status = 1;
       continue;
     }
     if (result.files.length === 0) {
@@ -106,7 +116,6 @@ async function verify(ctx: Context): Promise<number> {
           `  gap at ${basename(g.file)} line ${g.line}: ${g.lost} event(s) from ${g.first ?? "?"} to ${g.last ?? "?"}${g.reason ? ` (${g.reason})` : ""}`,
         );
       }
-      if (status === 0) status = EXIT_AUDIT_GAP;
     }
   }
   return status;

@@ -1,9 +1,12 @@
+import { knownSecrets } from "../../audit/scrub.js";
+import { UserError } from "../../core/errors.js";
 import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
+import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
-import { describeLogin } from "../../secrets/oauth/login.js";
+import { describeLogin, type LoginSummary } from "../../secrets/oauth/login.js";
 import { readLogins } from "../../secrets/oauth/token-store.js";
 import {
   type Attempt,
@@ -20,7 +23,7 @@ import { readRules } from "../read-rules.js";
 
 export const check: Command = {
   name: "check",
-  help: `Usage: keybroker check [--config FILE] [--home DIR]
+  help: `Usage: keybroker check [--json] [--config FILE] [--home DIR]
 
 Validates the rule file (every problem at once, each with its path and a fix), then resolves
 every provider's credentials and reports, for each one, which source answered and why the
@@ -29,15 +32,36 @@ fingerprint. A bare NAME is looked up through sources.order (Infisical when conf
 .env, then the environment, always last). Exits 1 when the rule file is invalid, when a
 provider the rule file names has no credential, or when no provider has one at all.
 
+  --json           one JSON object on stdout: rules, valid, lookupChain, providers (each with
+                   its state and credentials: ref, source, fingerprint, attempts; an OAuth
+                   provider its logins: id, state, expiry), inactive, warnings, problems; the
+                   same exit codes
+
 Environment: the variables that hold your credentials, and INFISICAL_CLIENT_ID /
 INFISICAL_CLIENT_SECRET when sources.infisical uses them.
 
 ${COMMON_HELP}`,
   async run(argv) {
-    const { values } = parse(argv, {});
+    const { values } = parse(argv, { json: { type: "boolean" } });
     const ctx = createContext(values);
-    const { rules } = readRules(ctx, values.config);
-    ctx.out(`rules: ${rules.origin} (valid)`);
+    const json = values.json === true;
+    let rules: Rules;
+    try {
+      rules = readRules(ctx, values.config).rules;
+    } catch (err) {
+      if (!json || !(err instanceof UserError)) throw err;
+      const cause = err.cause instanceof RuleFileError ? err.cause : undefined;
+      const report: CheckReport = {
+        ...emptyReport(cause?.origin),
+        valid: false,
+        problems: cause === undefined ? [err.message] : cause.problems.map(formatProblem),
+      };
+      ctx.out(JSON.stringify(report, null, 2));
+      return 1;
+    }
+    const report = emptyReport(rules.origin);
+    const out = json ? () => {} : ctx.out;
+    out(`rules: ${rules.origin} (valid)`);
     const warnings: string[] = [];
     const sourceCtx: SourceContext = {
       env: ctx.env,
@@ -46,53 +70,112 @@ ${COMMON_HELP}`,
       warn: (m) => warnings.push(m),
     };
     const resolver = createSecretResolver(rules, sourceCtx);
-    ctx.out(`lookup chain for bare names: ${describeChain(rules, resolver, sourceCtx)}`);
+    report.lookupChain = describeChain(rules, resolver, sourceCtx);
+    out(`lookup chain for bare names: ${report.lookupChain.join(" → ")}`);
     const rt = await Runtime.build(rules, resolver, homeKey(ctx.home));
     const problems: string[] = [];
     let active = 0;
     for (const p of rt.providers.values()) {
       if (!p.active && p.rule.fromCatalogue) continue;
-      const report = await reportProvider(p, rules, resolver, ctx.out, ctx.home);
-      if (report.usable) active++;
-      problems.push(...report.problems);
+      const one = await reportProvider(p, rules, resolver, out, ctx.home);
+      if (one.usable) active++;
+      problems.push(...one.problems);
+      report.providers.push(one.json);
     }
     const inactive = [...rt.providers.values()]
       .filter((p) => !p.active && p.rule.fromCatalogue)
       .map((p) => p.rule.id);
-    if (inactive.length > 0) ctx.out(`catalogue providers without a key (inactive): ${inactive.join(", ")}`);
+    if (inactive.length > 0) out(`catalogue providers without a key (inactive): ${inactive.join(", ")}`);
     if (active === 0 && problems.length === 0) {
       problems.push(
         "no provider has a credential: export OPENAI_API_KEY (or another provider's key) or add a rule file",
       );
     }
-    for (const w of warnings) ctx.err(`warning: ${w}`);
-    for (const p of problems) ctx.err(`problem: ${p}`);
+    if (json) {
+      Object.assign(report, { inactive, warnings, problems });
+      // Messages come from sources (a command's stderr, a server's answer): scrubbed like logs.
+      ctx.out(knownSecrets.scrub(JSON.stringify(report, null, 2)));
+    } else {
+      for (const w of warnings) ctx.err(`warning: ${w}`);
+      for (const p of problems) ctx.err(`problem: ${p}`);
+    }
     return problems.length > 0 ? 1 : 0;
   },
 };
 
-/** `infisical (https://…, project p, environment prod, folder /agents) → dotenv (./.env) → env` */
-function describeChain(rules: Rules, resolver: SecretResolver, ctx: SourceContext): string {
-  return resolver.order
-    .map((name) => {
-      if (name === "infisical" && rules.sources.infisical !== undefined) {
-        const i = rules.sources.infisical;
-        return `infisical (${i.siteUrl}, project ${i.projectId}, environment ${i.environment}, folder ${i.path})`;
-      }
-      if (name === "dotenv") {
-        const candidates = dotenvCandidates(rules, ctx);
-        const found = new DotenvSource(candidates).paths();
-        return `dotenv (${found.length > 0 ? found.join(", ") : `none of ${candidates.join(", ")} exists`})`;
-      }
-      return name;
-    })
-    .join(" → ");
+/** What `check --json` prints. */
+interface CheckReport {
+  rules: string | undefined;
+  valid: boolean;
+  lookupChain: string[];
+  providers: ProviderJson[];
+  inactive: string[];
+  warnings: string[];
+  problems: string[];
+}
+
+interface ProviderJson {
+  readonly id: string;
+  readonly state:
+    | "active"
+    | "no_credential"
+    | "service_account"
+    | "oauth"
+    | "oauth_no_login"
+    | "oauth_no_usable_login";
+  readonly kind?: string;
+  readonly credentials: readonly CredentialJson[];
+  /** OAuth providers: each login's id, state and expiry, never a token. */
+  readonly logins?: readonly LoginSummary[];
+}
+
+interface CredentialJson {
+  readonly ref: string;
+  readonly found: boolean;
+  readonly source?: string;
+  readonly fingerprint?: string;
+  readonly stale?: boolean;
+  readonly attempts: readonly Attempt[];
+}
+
+function emptyReport(rules: string | undefined): CheckReport {
+  return { rules, valid: true, lookupChain: [], providers: [], inactive: [], warnings: [], problems: [] };
+}
+
+function credentialJson(r: Resolution): CredentialJson {
+  const secret = r.secret;
+  if (secret === undefined) return { ref: r.ref, found: false, attempts: r.attempts };
+  return {
+    ref: r.ref,
+    found: true,
+    source: secret.source,
+    fingerprint: secret.fingerprint,
+    stale: r.attempts.at(-1)?.stale === true,
+    attempts: r.attempts,
+  };
+}
+
+/** `infisical (https://…, project p, environment prod, folder /agents)`, `dotenv (./.env)`, `env` */
+function describeChain(rules: Rules, resolver: SecretResolver, ctx: SourceContext): string[] {
+  return resolver.order.map((name) => {
+    if (name === "infisical" && rules.sources.infisical !== undefined) {
+      const i = rules.sources.infisical;
+      return `infisical (${i.siteUrl}, project ${i.projectId}, environment ${i.environment}, folder ${i.path})`;
+    }
+    if (name === "dotenv") {
+      const candidates = dotenvCandidates(rules, ctx);
+      const found = new DotenvSource(candidates).paths();
+      return `dotenv (${found.length > 0 ? found.join(", ") : `none of ${candidates.join(", ")} exists`})`;
+    }
+    return name;
+  });
 }
 
 interface Report {
   /** The provider can serve requests. */
   readonly usable: boolean;
   readonly problems: readonly string[];
+  readonly json: ProviderJson;
 }
 
 /** Prints a provider's state and each credential's resolution. */
@@ -106,28 +189,35 @@ async function reportProvider(
   const rule = p.rule;
   const id = rule.id;
   if (rule.oauth !== undefined) {
-    const logins = (await readLogins(home)).filter((l) => l.provider === id);
+    const logins = (await readLogins(home)).filter((l) => l.provider === id).map(describeLogin);
     const never = isOAuthOnly(id) ? `; it never reads ${derivedEnvName(id)} or any other API key` : "";
     if (logins.length === 0) {
       out(
         `${id}: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add ${id})${never}`,
       );
-      return { usable: false, problems: [] };
+      return { usable: false, problems: [], json: { id, state: "oauth_no_login", credentials: [], logins } };
     }
     out(`${id}: ${logins.length} OAuth login${logins.length === 1 ? "" : "s"}${never}`);
-    for (const l of logins.map(describeLogin)) {
+    for (const l of logins) {
       out(`  ${l.id}: ${l.state}${l.expiresAt === undefined ? "" : `, access token until ${l.expiresAt}`}`);
     }
-    return { usable: logins.some((l) => l.state === "ok"), problems: [] };
+    const usable = logins.some((l) => l.state === "ok");
+    return {
+      usable,
+      problems: [],
+      json: { id, state: usable ? "oauth" : "oauth_no_usable_login", credentials: [], logins },
+    };
   }
   if (rule.auth !== undefined) return reportServiceAccount(rule, rules, resolver, out);
   out(`${id}: ${p.active ? "active" : "NO CREDENTIAL"}`);
   if (rule.credentials.length === 0) out("  (no credentials listed)");
   for (const r of p.resolutions) out(`  ${describeResolution(r)}`);
-  if (p.active) return { usable: true, problems: [] };
+  const credentials = p.resolutions.map(credentialJson);
+  if (p.active) return { usable: true, problems: [], json: { id, state: "active", credentials } };
   const first = rule.credentials[0];
   return {
     usable: false,
+    json: { id, state: "no_credential", credentials },
     problems: [
       first === undefined
         ? `provider "${id}" has no credential: list one under providers.${id}.credentials`
@@ -158,6 +248,12 @@ async function reportServiceAccount(
   for (const r of resolutions) out(`  ${describeResolution(r)}`);
   return {
     usable: missing.length === 0,
+    json: {
+      id: rule.id,
+      state: missing.length === 0 ? "service_account" : "no_credential",
+      kind: auth.kind,
+      credentials: resolutions.map(credentialJson),
+    },
     problems: missing.map(
       (r) => `provider "${rule.id}" (${auth.kind}) is missing ${r.ref}: ${whereToSet(r.ref, rules)}`,
     ),

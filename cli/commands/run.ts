@@ -36,6 +36,7 @@ ${COMMON_HELP}`,
     const dash = argv.indexOf("--");
     const own = dash === -1 ? argv : argv.slice(0, dash);
     const command = dash === -1 ? [] : argv.slice(dash + 1);
+    if (dash === -1) hintDashes(argv);
     const { values } = parse(own, {
       client: { type: "string" },
       port: { type: "string" },
@@ -114,3 +115,17 @@ ${COMMON_HELP}`,
     return code;
   },
 };
+
+/** `keybroker run ls -la`: the command needs `--` before it, say so rather than "unknown option -l". */
+function hintDashes(argv: readonly string[]): void {
+  const takesValue = new Set(["--client", "--home", "--config", "--port"]);
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (takesValue.has(arg)) i++;
+    else if (!arg.startsWith("-")) {
+      throw new UsageError(
+        `put -- before the command to run: keybroker run ${[...argv.slice(0, i), "--", ...argv.slice(i)].join(" ")}`,
+      );
+    }
+  }
+}

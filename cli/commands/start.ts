@@ -22,11 +22,13 @@ export const start: Command = {
 Runs the broker in the foreground on the rule file's listen address (default 127.0.0.1:8899),
 or on the embedded default catalogue when there is no rule file. Prints the address and the CA
 path on one line. SIGHUP or a change to the rule file reloads it; an invalid file is rejected
-and the old rules stay. SIGINT/SIGTERM stop it.
+and the old rules stay. SIGINT/SIGTERM (or keybroker stop) stop it, with a last line
+"keybroker stopped (SIGTERM)".
 
   --port N         listen on this port instead (0 picks a free one)
 
-Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), and the variables
+Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), KEYBROKER_LOG_FORMAT
+(pretty on a terminal, else json), KEYBROKER_ACCESS_LOG=1 (a log line per request), and the variables
 that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...). KEYBROKER_V8_TUNING=off
 keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
 replaces their flag list.
@@ -58,7 +60,7 @@ ${COMMON_HELP}`,
         throw new UserError(
           other !== undefined
             ? alreadyRunning(where, other.pid)
-            : `${where} is already in use: is another keybroker running (keybroker status)? Or pick --port`,
+            : `${where} is already in use: is another keybroker running (keybroker status; keybroker stop)? Or pick --port`,
         );
       }
       throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
@@ -108,14 +110,15 @@ ${COMMON_HELP}`,
             timer = setTimeout(() => reload("rule file changed"), 150);
           });
 
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once("SIGINT", resolve);
+      process.once("SIGTERM", resolve);
     });
+    ctx.log.info({ signal }, "shutting down: closing connections, saving pool marks and the audit log");
     watcher?.close();
     clearTimeout(timer);
     await broker.close();
+    ctx.out(`keybroker stopped (${signal})`);
     return 0;
   },
 };

@@ -5,12 +5,32 @@ import { once } from "node:events";
 import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { afterAll, expect } from "vitest";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 export const CLI = join(ROOT, "dist/cli/main.js");
 
 export function tempHome(): string {
   return mkdtempSync(join(tmpdir(), "kb-home-"));
+}
+
+/**
+ * Temporary homes for one test file: `home()` makes one; after the file's tests, every file in
+ * them and every output kept is scanned for `secrets`.
+ */
+export function scannedHomes(secrets: readonly string[]): { home: () => string; homes: string[] } {
+  const homes: string[] = [];
+  afterAll(() => {
+    expect(findSecrets(secrets, homes)).toEqual([]);
+  });
+  return {
+    homes,
+    home: () => {
+      const h = tempHome();
+      homes.push(h);
+      return h;
+    },
+  };
 }
 
 /** A clean environment for the broker: no proxy variables or keys leaking in from the shell. */
@@ -126,7 +146,7 @@ export function cli(
 export async function runProcess(
   command: string,
   args: string[],
-  opts: { env?: Record<string, string>; cwd?: string } = {},
+  opts: { env?: Record<string, string>; cwd?: string; deadlineMs?: number } = {},
 ): Promise<CliResult> {
   const child = spawn(command, args, {
     cwd: opts.cwd ?? tmpdir(),
@@ -141,9 +161,13 @@ export async function runProcess(
   child.stderr.on("data", (d: Buffer) => {
     stderr += d.toString();
   });
-  const [status] = (await once(child, "close")) as [number | null];
+  // Past the deadline the process is killed and its status is null.
+  const timer =
+    opts.deadlineMs === undefined ? undefined : setTimeout(() => child.kill("SIGKILL"), opts.deadlineMs);
+  const [code, signal] = (await once(child, "close")) as [number | null, string | null];
+  clearTimeout(timer);
   outputs.push(stdout, stderr);
-  return { status, stdout, stderr };
+  return { status: timer !== undefined && signal === "SIGKILL" ? null : code, stdout, stderr };
 }
 
 /** Async variant of `cli`, for commands that talk to a broker started by the same test. */

@@ -79,7 +79,7 @@ describe("keybroker run with a client the rules do not define", () => {
   it("exits 1 with the reason instead of staying up with the broker it started", async () => {
     const r = await cliAsync(["run", "--home", home(), "--client", "nobody", "--", ...printEnv]);
     expect(r.status).toBe(1);
-    expect(r.stderr).toContain('client "nobody" is not defined');
+    expect(r.stderr).toContain('no such client "nobody" (known: ');
     expect(r.stdout).toBe("");
   });
 });
