@@ -34,7 +34,7 @@ let config: string;
 let env: Record<string, string>;
 let placeholders: Record<string, string>;
 
-function rules(extra = ""): string {
+function rules(extra = "", ttl = "1s"): string {
   const resolve = HOSTS.map((h) => `  "${h}:443": "127.0.0.1:${upstream.port}"`).join("\n");
   return `version: 1
 upstream_ca: [${JSON.stringify(upstream.caPath)}]
@@ -46,7 +46,7 @@ sources:
     project_id: ${fake.projectId}
     environment: ${fake.environment}
     path: /agents
-    ttl: 1s
+    ttl: ${ttl}
     timeout: 60s
     grace: 3s
 providers:
@@ -186,7 +186,10 @@ describe("secrets from Infisical, .env and the environment, end to end", () => {
   });
 
   it("check says which source answered each credential and why the others did not", async () => {
-    const r = await cliAsync(["check", "--home", home, "--config", config], { env, cwd: dir });
+    // A TTL longer than check's own run: with 1 s a loaded machine saw the answer go stale
+    // between the lookup and the report ("stale: no answer yet").
+    const slowTtl = writeConfig(dir, rules("", "60s"), "check-ttl.yaml");
+    const r = await cliAsync(["check", "--home", home, "--config", slowTtl], { env, cwd: dir });
     expect(r.status).toBe(0);
     expect(r.stdout).toContain(
       `lookup chain for bare names: infisical (${fake.url}, project ${fake.projectId}, environment dev, folder /agents) → dotenv`,
