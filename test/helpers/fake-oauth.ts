@@ -4,6 +4,7 @@
 // routes live on a FakeUpstream (HTTPS, any host name), at https://auth.example.com.
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { type Dispatcher, request } from "undici";
 import type { FakeUpstream } from "./upstream.js";
 
 export const AUTH_HOST = "auth.example.com";
@@ -219,4 +220,15 @@ providers:
       client_id: app_1
       scopes: [openid, offline_access]
 ${oauthExtra}`;
+}
+
+/** A chat request through the broker with the agent's placeholder, as an OAuth provider's agent sends it. */
+export async function chatThroughBroker(agent: Dispatcher, placeholder: string) {
+  const res = await request("https://api.openai.com/v1/chat/completions", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
+    body: "{}",
+  });
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
 }

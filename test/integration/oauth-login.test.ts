@@ -11,7 +11,13 @@ import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { baseEnv, CLI, findSecrets, outputs } from "../helpers/broker.js";
-import { AUTH_HOST, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
+import {
+  AUTH_HOST,
+  chatThroughBroker,
+  type FakeOAuth,
+  installFakeOAuth,
+  oauthRules,
+} from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 
 interface Running {
@@ -103,15 +109,7 @@ async function setup(oauthExtra = "") {
   const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
   const placeholder = vars.CODEX_OAUTH_ACCESS_TOKEN!;
   const agent = f.proxyAgent();
-  const call = async () => {
-    const res = await request("https://api.openai.com/v1/chat/completions", {
-      method: "POST",
-      dispatcher: agent,
-      headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
-      body: "{}",
-    });
-    return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
-  };
+  const call = () => chatThroughBroker(agent, placeholder);
   /** The broker learns of a new login from a file watch: wait until it serves. */
   const until = async (status: number) => {
     const deadline = Date.now() + 10_000;
@@ -259,36 +257,29 @@ describe("auth add / remove", () => {
     "an oversized or a slow token endpoint is cut off, named, and nothing is stored",
     async () => {
       const { f, fake } = await setup("      token_timeout: 1s\n");
+      /** A PKCE login whose browser comes back, then whose token answer fails: exit 1. */
+      const failedPkceLogin = async (fx: typeof f) => {
+        const cli = startCli(fx, [
+          "auth",
+          "add",
+          "codex-oauth",
+          "--flow",
+          "pkce",
+          "--port",
+          String(await freePort()),
+          "--no-browser",
+        ]);
+        const [, url] = await cli.waitFor(/open: (\S+)/);
+        await request(await follow(fx, url!)).then((r) => r.body.dump());
+        expect(await cli.exit()).toBe(1);
+        return cli;
+      };
       fake.oversized = true;
-      const big = startCli(f, [
-        "auth",
-        "add",
-        "codex-oauth",
-        "--flow",
-        "pkce",
-        "--port",
-        String(await freePort()),
-        "--no-browser",
-      ]);
-      const [, url1] = await big.waitFor(/open: (\S+)/);
-      await request(await follow(f, url1!)).then((r) => r.body.dump());
-      expect(await big.exit()).toBe(1);
+      const big = await failedPkceLogin(f);
       expect(big.err()).toContain(`https://${AUTH_HOST}/token answered more than 1048576 bytes`);
       fake.oversized = false;
       fake.tokenDelayMs = 3000;
-      const slow = startCli(f, [
-        "auth",
-        "add",
-        "codex-oauth",
-        "--flow",
-        "pkce",
-        "--port",
-        String(await freePort()),
-        "--no-browser",
-      ]);
-      const [, url2] = await slow.waitFor(/open: (\S+)/);
-      await request(await follow(f, url2!)).then((r) => r.body.dump());
-      expect(await slow.exit()).toBe(1);
+      const slow = await failedPkceLogin(f);
       expect(slow.err()).toContain(`https://${AUTH_HOST}/token did not answer within 1000 ms`);
       fake.tokenDelayMs = 0;
       expect(await new FileTokenStore(f.home).list()).toEqual([]);

@@ -4,12 +4,12 @@
 // makes that login reauth_required while another login keeps serving.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { type ProxyAgent, request } from "undici";
+import type { ProxyAgent } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { type BrokerProcess, findSecrets, startBroker } from "../helpers/broker.js";
-import { type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
+import { chatThroughBroker, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 
 const open: { f: Fixture; fake: FakeOAuth; more: BrokerProcess[] }[] = [];
@@ -61,15 +61,7 @@ async function setup() {
     await store.put(login);
     return t.grant;
   };
-  const call = async (agent: ProxyAgent) => {
-    const res = await request("https://api.openai.com/v1/chat/completions", {
-      method: "POST",
-      dispatcher: agent,
-      headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
-      body: "{}",
-    });
-    return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
-  };
+  const call = (agent: ProxyAgent) => chatThroughBroker(agent, placeholder);
   const served = async (agent: ProxyAgent) => {
     const deadline = Date.now() + 10_000;
     while ((await call(agent)).status !== 200 && Date.now() < deadline)
