@@ -15,6 +15,7 @@ import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js
 import { BrokerError, errorResponse } from "../core/errors.js";
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
+import { Notifier } from "../core/notify.js";
 import { VERSION } from "../core/version.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
@@ -120,6 +121,8 @@ export class Broker {
   /** OAuth logins from the token store, followed as they change (SPEC §8). */
   readonly logins: OAuthLogins;
   readonly #refresher: Refresher;
+  /** `notify: "cmd:…"`: told of events that need a person (SPEC §16). */
+  readonly notifier: Notifier;
   /** KEYBROKER_ACCESS_LOG, read once; the rule file's `log.access` is read per rule set. */
   readonly #accessLogEnv: boolean;
   #address: BrokerAddress | undefined;
@@ -136,6 +139,10 @@ export class Broker {
     this.#minter = new LeafMinter(ca);
     this.#rt = rt;
     this.#agent = this.#createAgent(rt);
+    this.notifier = new Notifier(rt.rules.notify, {
+      warn: (message) => opts.log.warn(message),
+      env: opts.env ?? process.env,
+    });
     this.logins = new OAuthLogins(new FileTokenStore(opts.home), {
       // A login replaced by a new `auth add` starts without the old one's marks.
       onReplaced: (provider, id) => this.pools.reset(provider, id),
@@ -351,6 +358,7 @@ export class Broker {
     this.#rt = rt;
     this.#agent = agent;
     this.#setUpAuth(rt);
+    this.notifier.setCommand(rt.rules.notify);
     applyConnectionRules(this.#outer, this.#inner, rt.rules);
     this.#audit?.record({ decision: "reload", reason: rt.rules.origin });
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();

@@ -1,7 +1,9 @@
 // A validated rule file → the compiled `Rules` the broker runs on: catalogue merged, defaults
 // filled, names normalized, paths made absolute. Runs only on a file that passed the schema
 // and the cross-checks, so it does not re-validate.
+
 import { homedir } from "node:os";
+import { splitCommandLine } from "../core/command-line.js";
 import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
@@ -87,6 +89,7 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     timeouts: compileTimeouts(file.timeouts ?? undefined),
     limits: file.limits?.connections === undefined ? {} : { connections: file.limits.connections },
     accessLog: file.log?.access ?? false,
+    ...(file.notify ? { notify: splitCommandLine(file.notify.slice("cmd:".length)) } : {}),
   };
 }
 

@@ -3,6 +3,7 @@
 // what needs the whole file (names that must exist, duplicates, the catalogue) is checked in
 // cross-check.ts, and defaults are filled in compile.ts.
 import * as z from "zod";
+import { splitCommandLine } from "../core/command-line.js";
 import { parseHostPort } from "./address.js";
 import { CredentialRefError, parseCredentialRef } from "./credential-ref.js";
 import { type PathProblem, suggest, unknownKeyMessage } from "./errors.js";
@@ -251,6 +252,16 @@ export const upstreamSchema = parsedString("an https origin", (value) => {
     throw new Error(
       `must be an origin with an optional base path, such as "${url.origin}/v1" — no query or fragment`,
     );
+  }
+});
+
+/** `notify: "cmd:<argv>"`: a command run with one JSON event on stdin (SPEC §16). */
+export const notifySchema = parsedString('a command reference "cmd:<argv>"', (value) => {
+  if (!value.startsWith("cmd:")) {
+    throw new Error('must start with "cmd:", e.g. "cmd:/usr/local/bin/notify-chat --channel ops"');
+  }
+  if (splitCommandLine(value.slice(4)).length === 0) {
+    throw new Error('names no command: write the program and its arguments after "cmd:"');
   }
 });
 
@@ -610,6 +621,8 @@ export const ruleFileSchema = strict({
     /** Open client connections; beyond it new ones are refused (default: from the fd limit). */
     connections: z.number(expect("a whole number")).int("must be a whole number").min(1).optional(),
   }).nullish(),
+  /** Run once per event that needs a person (approval pending, reauth_required). */
+  notify: notifySchema.nullish(),
   log: strict({
     /** One log line per request: client, provider, method, host, path, status, bytes, time. */
     access: z.boolean(expect("true or false")).optional(),

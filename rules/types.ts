@@ -208,6 +208,8 @@ export interface Rules {
   };
   /** `log.access`: one log line per request (also KEYBROKER_ACCESS_LOG=1). */
   readonly accessLog: boolean;
+  /** `notify: "cmd:…"` as an argv; unset when the rule file has none (SPEC §16). */
+  readonly notify?: readonly string[];
 }
 
 /** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */

@@ -3,6 +3,7 @@
 // can be slow or locked, so answers are cached like Infisical's (refresh-cache.ts). Errors name
 // the command and how it ended, never what it printed: that could be the secret.
 import { spawn } from "node:child_process";
+import { splitCommandLine } from "../core/command-line.js";
 import { RefreshCache, seconds } from "./refresh-cache.js";
 import { fromValue, type Lookup, type SecretSource } from "./source.js";
 
@@ -19,47 +20,6 @@ export interface CmdSourceOptions {
 
 /** More than this on stdout is not a secret: the command is stopped. */
 const MAX_OUTPUT = 64 * 1024;
-
-/**
- * Splits a command line into an argv like a POSIX shell would, without expanding anything:
- * words split on whitespace, '...' taken literally, "..." with \" \\ \$ \` escapes, and a
- * backslash outside quotes escaping the next character.
- */
-export function splitCommandLine(line: string): string[] {
-  const argv: string[] = [];
-  let word = "";
-  let inWord = false;
-  let quote: "'" | '"' | undefined;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i] as string;
-    if (quote === "'") {
-      if (c === "'") quote = undefined;
-      else word += c;
-    } else if (quote === '"') {
-      const next = line[i + 1];
-      if (c === '"') quote = undefined;
-      else if (c === "\\" && next !== undefined && '"\\$`'.includes(next)) {
-        word += next;
-        i++;
-      } else word += c;
-    } else if (/\s/.test(c)) {
-      if (inWord) argv.push(word);
-      word = "";
-      inWord = false;
-    } else {
-      inWord = true;
-      const next = line[i + 1];
-      if (c === "'" || c === '"') quote = c;
-      else if (c === "\\" && next !== undefined) {
-        word += next;
-        i++;
-      } else word += c;
-    }
-  }
-  if (quote !== undefined) throw new Error(`the command line has an unterminated ${quote} quote`);
-  if (inWord) argv.push(word);
-  return argv;
-}
 
 /** Runs `argv` and resolves with its stdout; rejects with a message that holds none of its output. */
 export function runCommand(

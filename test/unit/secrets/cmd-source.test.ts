@@ -4,7 +4,8 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { CmdSource, splitCommandLine } from "../../../secrets/cmd-source.js";
+import { splitCommandLine } from "../../../core/command-line.js";
+import { CmdSource } from "../../../secrets/cmd-source.js";
 import { findSecrets } from "../../helpers/broker.js";
 
 const SECRET = "op-secret-value-7c1e9a3b5d2f4680";
