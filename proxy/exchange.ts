@@ -6,7 +6,6 @@ import type { PoolState } from "../secrets/pool.js";
 import type { Secret } from "../secrets/secret.js";
 import type { HeaderList } from "./headers.js";
 import type { ClientState, ProviderState, Runtime } from "./runtime.js";
-import type { Sites } from "./stages/inject.js";
 
 /**
  * - intercept: HTTPS terminated by keybroker after a CONNECT.
@@ -14,6 +13,13 @@ import type { Sites } from "./stages/inject.js";
  * - plain: an absolute-form plain-HTTP proxy request (never injected).
  */
 export type Mode = "intercept" | "reverse" | "plain";
+
+/** Where the placeholder sits in this request; undefined when it is nowhere to inject. */
+export interface Sites {
+  headers: number[];
+  basic: number | undefined;
+  query: boolean;
+}
 
 export interface Exchange {
   readonly req: IncomingMessage;

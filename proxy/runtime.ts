@@ -1,6 +1,7 @@
 // The broker's working view of one rule set: providers by host, placeholders, clients, and
 // which providers are active. Built once per load or reload; the request path only reads it.
 import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
 import { hostMatches } from "../rules/host-pattern.js";
 import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
@@ -8,9 +9,36 @@ import type { Refresher } from "../secrets/oauth/refresher.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
-import type { Exchange } from "./exchange.js";
+import type { HeaderList } from "./headers.js";
 import { ScrubPatterns } from "./scrub-stream.js";
-import type { UpstreamAuth } from "./upstream-auth.js";
+
+/** What a service-account signer reads and sets on a request; an Exchange is one. */
+export interface AuthTarget {
+  readonly req: IncomingMessage;
+  readonly host: string;
+  readonly port: number;
+  readonly path: string;
+  readonly headers: HeaderList;
+  readonly body: Buffer | undefined;
+  secret: Secret | undefined;
+}
+
+/** A provider that authenticates with a service account (SPEC §9): upstream-auth.ts makes them. */
+export interface UpstreamAuth {
+  /** Sets the request's credentials. Called after every other change to the request. */
+  authorize(x: AuthTarget): Promise<void>;
+  /** The upstream answered 401: forget cached tokens. True when a retry may succeed. */
+  rejected(): boolean;
+  /** Whether the payload must be in memory (signed over its hash). */
+  readonly needsBody: boolean;
+}
+
+/** Whose response is scrubbed: an Exchange is one. */
+export interface ScrubSubject {
+  readonly secret: Secret | undefined;
+  readonly provider: ProviderState | undefined;
+  readonly placeholder: string | undefined;
+}
 
 export interface ProviderState {
   readonly rule: ProviderRule;
@@ -117,7 +145,7 @@ export class Runtime {
    * now plus the credential used, each replaced by the client's placeholder. Cached per
    * (provider, placeholder, credential).
    */
-  scrubPatterns(x: Exchange): ScrubPatterns | undefined {
+  scrubPatterns(x: ScrubSubject): ScrubPatterns | undefined {
     if (x.secret === undefined || x.provider === undefined || !this.rules.scrubResponses) return undefined;
     const replacement = x.placeholder ?? "[REDACTED]";
     const provider = x.provider.rule.id;

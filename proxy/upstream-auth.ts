@@ -6,17 +6,10 @@ import type { ProviderRule } from "../rules/types.js";
 import { DEFAULT_GOOGLE_SCOPE, GoogleTokenSource } from "../secrets/google-sa.js";
 import { describeAttempts, type SecretResolver } from "../secrets/resolver.js";
 import { Secret } from "../secrets/secret.js";
-import type { Exchange } from "./exchange.js";
 import { removeHeader, setHeader } from "./headers.js";
+import type { AuthTarget, UpstreamAuth } from "./runtime.js";
 
-export interface UpstreamAuth {
-  /** Sets the request's credentials. Called after every other change to the request. */
-  authorize(x: Exchange): Promise<void>;
-  /** The upstream answered 401: forget cached tokens. True when a retry may succeed. */
-  rejected(): boolean;
-  /** Whether the payload must be in memory (signed over its hash). */
-  readonly needsBody: boolean;
-}
+export type { UpstreamAuth };
 
 async function resolveValue(
   resolver: SecretResolver,
@@ -118,7 +111,7 @@ export function createUpstreamAuth(
   };
 }
 
-function hasBody(x: Exchange): boolean {
+function hasBody(x: AuthTarget): boolean {
   const h = x.req.headers;
   return (
     h["transfer-encoding"] !== undefined || (h["content-length"] !== undefined && h["content-length"] !== "0")

@@ -4,15 +4,8 @@
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import type { Secret } from "../../secrets/secret.js";
-import type { Exchange } from "../exchange.js";
+import type { Exchange, Sites } from "../exchange.js";
 import { setHeader } from "../headers.js";
-
-/** Where the placeholder sits in this request; undefined when it is nowhere to inject. */
-export interface Sites {
-  headers: number[];
-  basic: number | undefined;
-  query: boolean;
-}
 
 function findSites(x: Exchange, placeholder: string): Sites | undefined {
   const inject = x.provider!.rule.inject;
