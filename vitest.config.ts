@@ -7,7 +7,16 @@ export default defineConfig({
     hookTimeout: 30_000,
     pool: "forks",
     coverage: {
-      include: ["proxy/**", "certs/**", "rules/**", "cli/**", "secrets/**", "audit/**", "core/**"],
+      include: [
+        "admin/**",
+        "proxy/**",
+        "certs/**",
+        "rules/**",
+        "cli/**",
+        "secrets/**",
+        "audit/**",
+        "core/**",
+      ],
     },
   },
 });

@@ -1,7 +1,7 @@
 // Talks to the running broker's admin API with the home's admin token.
 import { readFileSync } from "node:fs";
+import { adminTokenPath } from "../admin/api.js";
 import { UserError } from "../core/errors.js";
-import { adminTokenPath } from "../proxy/admin.js";
 import type { RunningBroker } from "./context.js";
 
 export async function adminRequest<T>(

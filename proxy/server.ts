@@ -5,7 +5,9 @@ import { lookup } from "node:dns";
 import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import type { Agent } from "undici";
-import type { AuditDecision, AuditHealth } from "../audit/audit-log.js";
+import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
+import type { AdminHost } from "../admin/host.js";
+import type { AuditDecision, AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
 import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
@@ -29,7 +31,6 @@ import { mayMark } from "../secrets/quota.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { accessLogFromEnv, logAccess } from "./access-log.js";
-import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "./admin.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { answerClientErrors, writeRawError } from "./client-errors.js";
 import { applyConnectionRules, logRefusals, serverOptions, trackConnections } from "./connection-limits.js";
@@ -58,6 +59,8 @@ export interface BrokerOptions {
   readonly port?: number;
   /** Record the address in `$home/run/broker-<port>.json` so other commands find this broker. */
   readonly advertise?: boolean;
+  /** Reloads the rule file as SIGHUP does (the admin page's "reload"). */
+  readonly reloadRules?: () => Promise<void>;
 }
 
 /** Where a request is bound, worked out from how it reached the broker. */
@@ -102,7 +105,7 @@ function proxyCredentials(header: string | undefined): { user?: string; password
       };
 }
 
-export class Broker {
+export class Broker implements AdminHost {
   readonly home: string;
   readonly ca: CertificateAuthority;
   readonly bundlePath: string;
@@ -253,30 +256,10 @@ export class Broker {
 
   /** The refresher of OAuth logins: the broker's agent, the current rules' clients, the audit log. */
   #createRefresher(): Refresher {
-    const clients = new WeakMap<ProviderRule, OAuthClient>();
     const refresher = new Refresher({
       logins: this.logins,
       rule: (provider) => this.#rt.providers.get(provider)?.rule,
-      client: (provider) => {
-        const rule = this.#rt.providers.get(provider)?.rule;
-        if (rule?.oauth === undefined) return undefined;
-        let client = clients.get(rule);
-        if (client === undefined) {
-          const spec = rule.oauth;
-          const resolver = this.#rt.resolver;
-          client = new OAuthClient(
-            provider,
-            spec,
-            () => this.#agent,
-            async () =>
-              spec.clientSecret === undefined
-                ? undefined
-                : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
-          );
-          clients.set(rule, client);
-        }
-        return client;
-      },
+      client: (provider) => this.oauthClient(provider),
       onEvent: (decision, login, detail) => {
         const fingerprint = fingerprintOf(login.accessToken);
         this.#audit?.record({
@@ -300,6 +283,40 @@ export class Broker {
         login === undefined ? refresher.unschedule(provider, id) : refresher.schedule(login),
     });
     return refresher;
+  }
+
+  readonly #oauthClients = new WeakMap<ProviderRule, OAuthClient>();
+
+  /** The OAuth client of a provider with `oauth:` (one per rule set), on the broker's agent. */
+  oauthClient(provider: string): OAuthClient | undefined {
+    const rule = this.#rt.providers.get(provider)?.rule;
+    if (rule?.oauth === undefined) return undefined;
+    let client = this.#oauthClients.get(rule);
+    if (client === undefined) {
+      const spec = rule.oauth;
+      const resolver = this.#rt.resolver;
+      client = new OAuthClient(
+        provider,
+        spec,
+        () => this.#agent,
+        async () =>
+          spec.clientSecret === undefined
+            ? undefined
+            : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
+      );
+      this.#oauthClients.set(rule, client);
+    }
+    return client;
+  }
+
+  /** Records one audit line (for the admin API and page). */
+  audit(entry: AuditEntry): void {
+    this.#audit?.record(entry);
+  }
+
+  /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */
+  reloadRules(): Promise<void> {
+    return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));
   }
 
   #allowsPrivate(rt: Runtime, host: string, port: number): boolean {

@@ -50,7 +50,16 @@ ${COMMON_HELP}`,
     const first = wanted === 0 ? undefined : brokerRecordOnPort(ctx.home, wanted);
     if (first !== undefined) throw new UserError(alreadyRunning(where, first.pid));
     tuneV8();
-    const broker = await Broker.create({ home: ctx.home, rules, log: ctx.log, port, advertise: true });
+    // Set below, once `reload` exists; the admin page's "reload" runs it as SIGHUP does.
+    let reloadRules: () => Promise<void> = () => Promise.resolve();
+    const broker = await Broker.create({
+      home: ctx.home,
+      rules,
+      log: ctx.log,
+      port,
+      advertise: true,
+      reloadRules: () => reloadRules(),
+    });
     try {
       await broker.listen();
     } catch (err) {
@@ -97,6 +106,10 @@ ${COMMON_HELP}`,
           ctx.log.error({ why }, `reload rejected, the previous rules stay: ${message}`);
         }
       });
+    };
+    reloadRules = () => {
+      reload("admin page");
+      return reloading;
     };
     process.on("SIGHUP", () => reload("SIGHUP"));
     let timer: NodeJS.Timeout | undefined;

@@ -8,9 +8,9 @@ import { join } from "node:path";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
-import { agentView } from "./agent-view.js";
-import type { Broker } from "./server.js";
-import { providerStatuses, type StatusReport } from "./status.js";
+import { agentView } from "../proxy/agent-view.js";
+import { providerStatuses, type StatusReport } from "../proxy/status.js";
+import type { AdminHost } from "./host.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
 
@@ -68,7 +68,7 @@ async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> 
   throw new BrokerError("bad_request", "admin request body must be a JSON object");
 }
 
-export function statusReport(broker: Broker): StatusReport {
+export function statusReport(broker: AdminHost): StatusReport {
   const rejected = broker.reloadRejected;
   return {
     running: true,
@@ -91,7 +91,7 @@ export function statusReport(broker: Broker): StatusReport {
 }
 
 export async function handleAdmin(
-  broker: Broker,
+  broker: AdminHost,
   token: string,
   req: IncomingMessage,
   res: ServerResponse,
