@@ -2,6 +2,7 @@
 // implements, so admin/ depends on the broker's parts and not on the Broker class (no import
 // circle with proxy/server.ts).
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
+import type { Approvals } from "../proxy/approvals.js";
 import type { Runtime } from "../proxy/runtime.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { OAuthClient } from "../secrets/oauth/oauth-client.js";
@@ -16,6 +17,8 @@ export interface AdminHost {
   readonly runtime: Runtime;
   readonly pools: PoolState;
   readonly logins: OAuthLogins;
+  /** Requests held by `approve` rules: list, approve, deny, and a change event for live views. */
+  readonly approvals: Approvals;
   /** When the last reload was rejected, and why. */
   readonly reloadRejected: { readonly at: Date; readonly message: string } | undefined;
   auditHealth(): AuditHealth[];

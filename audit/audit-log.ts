@@ -39,6 +39,7 @@ export const SECURITY_DECISIONS = [
   "approved",
   "denied",
   "approval_timeout",
+  "withdrawn",
   "admin_login",
   "admin_login_failed",
   "admin_logout",

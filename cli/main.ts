@@ -62,6 +62,21 @@ const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import("./commands/auth.js")).auth,
   },
   {
+    name: "approvals",
+    summary: "list the requests held for approval in the running broker",
+    load: async () => (await import("./commands/approvals.js")).approvals,
+  },
+  {
+    name: "approve",
+    summary: "let a held request through (--for 10m: the same ones for a while)",
+    load: async () => (await import("./commands/approvals.js")).approve,
+  },
+  {
+    name: "deny",
+    summary: "refuse a held request",
+    load: async () => (await import("./commands/approvals.js")).deny,
+  },
+  {
     name: "redact",
     summary: "mask secrets in a transcript or log: stdin → stdout",
     load: async () => (await import("./commands/redact.js")).redact,

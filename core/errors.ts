@@ -2,6 +2,7 @@
 
 export const ERROR_STATUS = {
   bad_request: 400,
+  not_found: 404,
   request_timeout: 408,
   payload_too_large: 413,
   host_mismatch: 421,
@@ -11,6 +12,7 @@ export const ERROR_STATUS = {
   approval_timeout: 403,
   reauth_required: 401,
   pool_exhausted: 429,
+  client_rate_limited: 429,
   credential_unavailable: 503,
   audit_unavailable: 503,
   upstream_unreachable: 502,

@@ -2,6 +2,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import type { BrokerError } from "../core/errors.js";
+import type { PolicyRule } from "../rules/types.js";
 import type { PoolState } from "../secrets/pool.js";
 import type { Secret } from "../secrets/secret.js";
 import type { HeaderList } from "./headers.js";
@@ -59,6 +60,8 @@ export interface Exchange {
   readonly reverseRest: string | undefined;
   /** Credential ids already tried for this request. */
   readonly tried: Set<string>;
+  /** Set by applyPolicy when an `approve` rule matched: the request waits for a person. */
+  approval?: { readonly rule: PolicyRule; readonly index: number };
 }
 
 export function originOf(x: Exchange): string {

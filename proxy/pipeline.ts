@@ -1,17 +1,21 @@
 // The request pipeline, in order. Each stage is a small function of the exchange; a stage that
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
-//   matchProvider → checkHostBinding → checkPlaceholders → applyPolicy → requireAudit
-//   → planInjection
+//   limitClientRate → matchProvider → checkHostBinding → checkPlaceholders → checkRole
+//   → applyPolicy → requireAudit → planInjection → holdForApproval
 //   → readBody → checkBodyPlaceholders → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
+import type { Approvals } from "./approvals.js";
 import type { Exchange } from "./exchange.js";
 import { applyPolicy } from "./stages/apply-policy.js";
 import { checkBodyPlaceholders } from "./stages/check-body-placeholders.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
+import { checkRole } from "./stages/check-role.js";
+import { createHoldForApproval } from "./stages/hold-for-approval.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
+import { createLimitClientRate } from "./stages/limit-client-rate.js";
 import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
 import { createRequireAudit } from "./stages/require-audit.js";
 
@@ -21,15 +25,25 @@ export function matchProvider(x: Exchange): void {
   if (x.mode !== "reverse") x.provider = x.rt.providerForHost(x.host, x.port);
 }
 
-/** `auditWritable` says whether the audit log is being written (for `audit: { require: true }`). */
-export function requestStages(log: Logger, auditWritable: () => boolean = () => true): readonly Stage[] {
+/**
+ * `auditWritable` says whether the audit log is being written (for `audit: { require: true }`);
+ * `approvals` holds the requests `approve` rules match until a person answers.
+ */
+export function requestStages(
+  log: Logger,
+  auditWritable: () => boolean,
+  approvals: Approvals,
+): readonly Stage[] {
   return [
+    createLimitClientRate(),
     matchProvider,
     checkHostBinding,
     checkPlaceholders,
+    checkRole,
     applyPolicy,
     createRequireAudit(auditWritable),
     createPlanInjection(log),
+    createHoldForApproval(approvals),
     readBody,
     checkBodyPlaceholders,
     pickCredential,

@@ -15,7 +15,7 @@ import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
 import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
 import { BrokerError, errorResponse } from "../core/errors.js";
-import { homeKey } from "../core/home.js";
+import { homeKey, homePath } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
 import { VERSION } from "../core/version.js";
@@ -31,6 +31,7 @@ import { mayMark } from "../secrets/quota.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { accessLogFromEnv, logAccess } from "./access-log.js";
+import { type ApprovalEvent, Approvals } from "./approvals.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { answerClientErrors, writeRawError } from "./client-errors.js";
 import { applyConnectionRules, logRefusals, serverOptions, trackConnections } from "./connection-limits.js";
@@ -42,6 +43,7 @@ import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { assertHostHeader, interceptedPath } from "./request-target.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
+import { Withdrawn } from "./stages/hold-for-approval.js";
 import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
@@ -121,6 +123,8 @@ export class Broker implements AdminHost {
   readonly #adminToken: string;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
+  /** Requests held by `approve` rules until a person answers them (SPEC §16). */
+  readonly approvals: Approvals;
   /** OAuth logins from the token store, followed as they change (SPEC §8). */
   readonly logins: OAuthLogins;
   readonly #refresher: Refresher;
@@ -160,7 +164,8 @@ export class Broker implements AdminHost {
     });
     this.#refresher = this.#createRefresher();
     this.#setUpAuth(rt);
-    this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true);
+    this.approvals = new Approvals({ onEvent: (e) => this.#onApprovalEvent(e) });
+    this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true, this.approvals);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     const { audit } = rt.rules;
     this.#audit = audit.enabled
@@ -389,6 +394,7 @@ export class Broker implements AdminHost {
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#agent.destroy().catch(() => {});
+    this.approvals.close();
     this.logins.close();
     this.#refresher.close();
     this.pools.flush();
@@ -724,6 +730,8 @@ export class Broker implements AdminHost {
         );
       }
     } catch (err) {
+      // The client hung up on a held request: its withdrawal is audited, nobody is left to answer.
+      if (err instanceof Withdrawn) return;
       if (err instanceof BrokerError) {
         this.#logRefusal(x, err);
         this.#record(x, "blocked", err.status, err.code);
@@ -771,6 +779,63 @@ export class Broker implements AdminHost {
     });
   }
 
+  /** `keybroker approve <id>`, with --home when this broker's home is not the default one. */
+  approveCommand(id: string, verb: "approve" | "deny" = "approve"): string {
+    const home = this.home === homePath(undefined, {}) ? "" : ` --home ${shellQuote(this.home)}`;
+    return `keybroker ${verb} ${id}${home}`;
+  }
+
+  /** Each step of an approval: a log line (the held one says how to answer) and an audit line. */
+  #onApprovalEvent(e: ApprovalEvent): void {
+    const r = e.request;
+    const id = r.id ?? "";
+    const what = `${r.method} ${r.host}${r.path} (${r.provider}, client ${r.client})`;
+    const until = e.until === undefined ? "" : ` until ${new Date(e.until).toISOString()}`;
+    let reason: string;
+    switch (e.decision) {
+      case "held":
+        reason = `approval ${id}: waiting up to ${Math.round((e.timeoutMs ?? 0) / 1000)} s`;
+        this.log.warn(
+          {
+            approval: id,
+            client: r.client,
+            provider: r.provider,
+            method: r.method,
+            host: r.host,
+            path: r.path,
+          },
+          `held ${what} for approval ${id}: to let it through run  ${this.approveCommand(id)}  (or ${this.approveCommand(id, "deny")}); it is refused in ${Math.round((e.timeoutMs ?? 0) / 1000)} s`,
+        );
+        break;
+      case "approved":
+        reason =
+          r.id === undefined
+            ? `covered by ${e.by}${until}`
+            : `approval ${id} approved by ${e.by}${e.until === undefined ? "" : ` for the same client, provider and rule${until}`}`;
+        break;
+      case "denied":
+        reason = `approval ${id} denied by ${e.by}`;
+        break;
+      case "approval_timeout":
+        reason = `approval ${id}: nobody answered in time`;
+        break;
+      case "withdrawn":
+        reason = `approval ${id} withdrawn: the client hung up`;
+        break;
+    }
+    if (e.decision !== "held")
+      this.log.info({ approval: id || undefined, provider: r.provider }, `${what}: ${reason}`);
+    this.#audit?.record({
+      decision: e.decision,
+      client: r.client,
+      provider: r.provider,
+      method: r.method,
+      host: r.host,
+      path: r.path,
+      reason,
+    });
+  }
+
   #onPoolEvent(x: Exchange, e: PoolEvent): void {
     this.#audit?.record({
       decision: e.decision === "fallback" ? "retried" : e.decision,
@@ -798,4 +863,9 @@ export class Broker implements AdminHost {
     else if (err.status >= 500) this.log.warn(fields, err.message);
     else this.log.info(fields, err.message);
   }
+}
+
+/** A path as one shell word. */
+function shellQuote(s: string): string {
+  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replaceAll("'", "'\\''")}'`;
 }

@@ -77,6 +77,11 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
       ]),
     ),
     clients: compileClients(file.clients ?? undefined, ctx),
+    approvals: {
+      timeoutMs:
+        (file.approvals?.timeout === undefined ? undefined : parseDuration(file.approvals.timeout)) ??
+        DEFAULT_APPROVAL_TIMEOUT_MS,
+    },
     audit: {
       enabled: file.audit?.enabled ?? true,
       maxBytes:
@@ -92,6 +97,9 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     ...(file.notify ? { notify: splitCommandLine(file.notify.slice("cmd:".length)) } : {}),
   };
 }
+
+/** SPEC §16: a held request is refused (403 approval_timeout) after this long by default. */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 120_000;
 
 export const DEFAULT_TIMEOUTS: Timeouts = {
   handshakeMs: 10_000,
@@ -145,6 +153,9 @@ function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
       action,
       methods: list(matcher.method).map((m) => m.toUpperCase()),
       paths: list(matcher.path),
+      ...(matcher.roles === undefined ? {} : { roles: list(matcher.roles) }),
+      ...(matcher.clients === undefined ? {} : { clients: list(matcher.clients) }),
+      ...durationField("timeoutMs", matcher.timeout),
     };
   });
 }
@@ -336,6 +347,7 @@ function compileClients(
         : { token: absoluteCredentialRef(client.token, ctx.baseDir, ctx.userHome) }),
       providers: providers === "*" ? "*" : [...providers],
       role: client?.role ?? "user",
+      ...(client?.limits === undefined ? {} : { rpm: client.limits.rpm }),
     };
   });
 }

@@ -330,6 +330,15 @@ const placeholderSchema = strict({
   ).optional(),
 });
 
+/** SPEC §16: what a client may do, from everything (owner) to safe methods only (guest). */
+export const ROLES = ["owner", "admin", "user", "guest"] as const;
+const role = z.enum(ROLES, expect(`a role: ${ROLES.join(", ")}`));
+const clientName = matching(
+  CLIENT_NAME,
+  "a client name",
+  "is not a valid client name — use letters, digits, '.', '_' or '-'",
+);
+
 const policyMatcherSchema = strict({
   method: oneOrMany(
     matching(/^[A-Za-z]+$/, "an HTTP method", "is not an HTTP method"),
@@ -339,6 +348,12 @@ const policyMatcherSchema = strict({
     matching(/^\/\S*$/, "a path glob", 'a path glob starts with "/", as in "/repos/**"'),
     "a path glob or a list of path globs",
   ).optional(),
+  /** The rule applies only to clients with one of these roles. */
+  roles: oneOrMany(role, "a role or a list of roles").optional(),
+  /** The rule applies only to these clients. */
+  clients: oneOrMany(clientName, "a client name or a list of client names").optional(),
+  /** approve only: how long a held request waits for an answer (default approvals.timeout). */
+  timeout: positiveDuration.optional(),
 });
 
 const policyRuleSchema = strict({
@@ -349,6 +364,13 @@ const policyRuleSchema = strict({
     ctx.addIssue(
       'a policy rule is either "deny: {method, path}" or "approve: {method, path}" — exactly one of them',
     );
+  }
+  if (rule.deny?.timeout !== undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["deny", "timeout"],
+      message: "a deny rule refuses at once — timeout belongs to approve rules",
+    });
   }
 });
 
@@ -535,7 +557,11 @@ const clientSchema = strict({
   providers: z
     .union([z.literal("*"), z.array(providerId)], expect('"*" or a list of provider ids'))
     .optional(),
-  role: z.enum(["user", "owner"]).optional(),
+  role: role.optional(),
+  /** Requests per minute the client may make (429 client_rate_limited beyond it). */
+  limits: strict({
+    rpm: z.number(expect("a whole number")).int("must be a whole number").min(1).max(100_000),
+  }).optional(),
 });
 
 const resolveKey = parsedString('"host:port"', (value) => {
@@ -588,17 +614,14 @@ export const ruleFileSchema = strict({
     )
     .nullish(),
   clients: z
-    .record(
-      matching(
-        CLIENT_NAME,
-        "a client name",
-        "is not a valid client name — use letters, digits, '.', '_' or '-'",
-      ),
-      clientSchema.nullable(),
-      expect("a map of client names to clients"),
-    )
+    .record(clientName, clientSchema.nullable(), expect("a map of client names to clients"))
     .nullish(),
   catalogue: z.boolean(expect("true or false")).optional(),
+  /** Requests held by `approve` rules (SPEC §16). */
+  approvals: strict({
+    /** How long a held request waits for an answer; a rule's own timeout wins. Default 120s. */
+    timeout: positiveDuration.optional(),
+  }).nullish(),
   audit: strict({
     enabled: z.boolean(expect("true or false")).optional(),
     max_size: byteSize.optional(),

@@ -37,7 +37,16 @@ export interface PolicyRule {
   readonly methods: readonly string[];
   /** Path globs (micromatch), matched against the path without the query; empty = any. */
   readonly paths: readonly string[];
+  /** Only clients with one of these roles; unset = every client. */
+  readonly roles?: readonly Role[];
+  /** Only these clients; unset = every client. */
+  readonly clients?: readonly string[];
+  /** approve: how long a held request waits; unset = `approvals.timeoutMs`. */
+  readonly timeoutMs?: number;
 }
+
+/** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
+export type Role = "owner" | "admin" | "user" | "guest";
 
 export interface GoogleServiceAccountAuth {
   readonly kind: "google_service_account";
@@ -134,7 +143,9 @@ export interface ClientRule {
   readonly token?: string;
   /** `"*"` or the provider ids the client may use. */
   readonly providers: "*" | readonly string[];
-  readonly role: "user" | "owner";
+  readonly role: Role;
+  /** `limits.rpm`: requests per minute at most; unset = no cap. */
+  readonly rpm?: number;
 }
 
 export type SourceName = "infisical" | "dotenv" | "env" | "file" | "cmd";
@@ -191,6 +202,8 @@ export interface Rules {
     Record<string, Readonly<Record<string, Readonly<Record<string, string>>>>>
   >;
   readonly clients: readonly ClientRule[];
+  /** Requests held by `approve` rules: how long they wait by default. */
+  readonly approvals: { readonly timeoutMs: number };
   /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
   readonly audit: {
     readonly enabled: boolean;

@@ -1,11 +1,13 @@
-// Per-provider request policy: `deny` refuses, `approve` needs an approver (none is wired yet,
-// so such requests are refused rather than let through).
+// Per-provider request policy: `deny` refuses, `approve` hands the request to holdForApproval,
+// which waits for a person. A rule scoped with `roles:` or `clients:` applies to those only.
 import micromatch from "micromatch";
 import { BrokerError } from "../../core/errors.js";
 import type { PolicyRule } from "../../rules/types.js";
 import type { Exchange } from "../exchange.js";
 
-function matches(rule: PolicyRule, method: string, path: string): boolean {
+function matches(rule: PolicyRule, x: Exchange, method: string, path: string): boolean {
+  if (rule.roles !== undefined && !rule.roles.includes(x.client.rule.role)) return false;
+  if (rule.clients !== undefined && !rule.clients.includes(x.client.rule.name)) return false;
   if (rule.methods.length > 0 && !rule.methods.includes(method)) return false;
   return rule.paths.length === 0 || micromatch.isMatch(path, rule.paths as string[], { dot: true });
 }
@@ -38,25 +40,16 @@ export function applyPolicy(x: Exchange): void {
   const q = x.path.indexOf("?");
   const path = normalizePath(q === -1 ? x.path : x.path.slice(0, q));
   const id = x.provider!.rule.id;
-  for (const rule of rules) {
-    if (!matches(rule, method, path)) continue;
-    if (rule.action === "deny") {
-      throw new BrokerError(
-        "policy_denied",
-        `${method} ${path} to ${id} is denied by the rule file's policy`,
-        {
-          provider: id,
-          hint: `change providers.${id}.policy to allow it`,
-        },
-      );
+  for (let index = 0; index < rules.length; index++) {
+    const rule = rules[index]!;
+    if (!matches(rule, x, method, path)) continue;
+    if (rule.action === "approve") {
+      x.approval = { rule, index };
+      return;
     }
-    throw new BrokerError(
-      "approval_timeout",
-      `${method} ${path} to ${id} needs approval, and no approver is connected`,
-      {
-        provider: id,
-        hint: `remove the approve rule from providers.${id}.policy to allow it without approval`,
-      },
-    );
+    throw new BrokerError("policy_denied", `${method} ${path} to ${id} is denied by the rule file's policy`, {
+      provider: id,
+      hint: `change providers.${id}.policy to allow it`,
+    });
   }
 }

@@ -1,0 +1,159 @@
+// SPEC §16: a request an `approve` rule matched (applyPolicy set `x.approval`) waits here, before
+// a credential is chosen or anything is sent upstream, until a person approves or denies it, the
+// rule's timeout passes, or the client hangs up. Its body is read first (up to the retry cap; a
+// bigger one is refused with 413 at once) so the person sees a scrubbed preview of it and the
+// request goes out whole once approved. Requests no rule holds skip this stage at its first test.
+import { stripQuery } from "../../audit/audit-log.js";
+import { redactText } from "../../audit/redact.js";
+import { knownSecrets } from "../../audit/scrub.js";
+import { BrokerError } from "../../core/errors.js";
+import type { ApprovalRequest, Approvals } from "../approvals.js";
+import type { Exchange } from "../exchange.js";
+import { hasBody } from "../forward.js";
+import { DEFAULT_RETRY_BODY_LIMIT } from "./pick-credential.js";
+
+/** The preview shows this much of the body. */
+export const PREVIEW_BYTES = 2048;
+/** Scrubbed before it is cut to the preview, so a secret across the cut is masked whole. */
+const SCRUB_WINDOW = 64 * 1024;
+
+/** Thrown when the client hung up while its request was held: nothing is left to answer. */
+export class Withdrawn extends Error {
+  override name = "Withdrawn";
+}
+
+/** What every view shows of the request: no header, the injected query parameter's value removed. */
+export function describeRequest(x: Exchange, rule: number): ApprovalRequest {
+  const provider = x.provider!.rule;
+  const query = provider.inject.query;
+  const defaultPort = x.scheme === "https" ? 443 : 80;
+  return {
+    client: x.client.rule.name,
+    provider: provider.id,
+    method: (x.req.method ?? "GET").toUpperCase(),
+    host: x.port === defaultPort ? x.host : `${x.host}:${x.port}`,
+    path: knownSecrets.scrub(query === undefined ? x.path : stripQuery(x.path, [query])),
+    rule,
+  };
+}
+
+/**
+ * The body's first 2 KiB as text a person can read, with known secrets and secret-shaped
+ * strings masked; binary or encoded bodies are described, not shown.
+ */
+export function bodyPreview(body: Buffer | undefined, contentEncoding: string | undefined): string {
+  if (body === undefined || body.length === 0) return "";
+  if (contentEncoding !== undefined && contentEncoding !== "identity")
+    return `[${body.length} bytes, ${contentEncoding}-encoded]`;
+  const head = body.subarray(0, SCRUB_WINDOW);
+  if (head.includes(0)) return `[${body.length} bytes of binary data]`;
+  const text = redactText(knownSecrets.scrub(head.toString("utf8")));
+  return text.length > PREVIEW_BYTES || body.length > SCRUB_WINDOW
+    ? `${text.slice(0, PREVIEW_BYTES)}…`
+    : text;
+}
+
+function tooLarge(x: Exchange, limit: number): BrokerError {
+  const id = x.provider!.rule.id;
+  return new BrokerError(
+    "payload_too_large",
+    `the request body is larger than ${limit} bytes; a request that needs approval is held whole, up to providers.${id}.pool.retry_body_limit`,
+    { provider: id, hint: `send a smaller body, or raise providers.${id}.pool.retry_body_limit` },
+  );
+}
+
+/** Reads the whole body, refusing one above `limit` bytes as soon as it gets there. */
+function readBounded(x: Exchange, limit: number): Promise<Buffer> {
+  const req = x.req;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = () => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+      req.off("close", onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        done();
+        reject(tooLarge(x, limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      done();
+      resolve(Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      done();
+      reject(err);
+    };
+    const onClose = () => {
+      done();
+      reject(new Withdrawn("the client hung up while sending its body"));
+    };
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.on("error", onError);
+    req.on("close", onClose);
+  });
+}
+
+async function holdForApproval(x: Exchange, approvals: Approvals): Promise<void> {
+  const match = x.approval!;
+  const request = describeRequest(x, match.index);
+  if (await approvals.covered(request)) return;
+  if (hasBody(x)) {
+    const limit = x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT;
+    const length = Number(x.req.headers["content-length"] ?? Number.NaN);
+    if (length > limit) throw tooLarge(x, limit);
+    x.body = await readBounded(x, limit);
+  }
+  const gone = new AbortController();
+  const onClose = () => gone.abort();
+  x.res.once("close", onClose);
+  const timeoutMs = match.rule.timeoutMs ?? x.rt.rules.approvals.timeoutMs;
+  const preview = bodyPreview(x.body, x.req.headers["content-encoding"]);
+  let answer: Awaited<ReturnType<Approvals["hold"]>>;
+  try {
+    answer = await approvals.hold(request, preview, timeoutMs, gone.signal);
+  } finally {
+    x.res.off("close", onClose);
+  }
+  const { id } = answer.held;
+  const what = `${request.method} ${request.path} to ${request.provider}`;
+  switch (answer.outcome) {
+    case "approved":
+      return;
+    case "withdrawn":
+      throw new Withdrawn(`the client hung up while approval ${id} was pending`);
+    case "denied":
+      throw new BrokerError(
+        "policy_denied",
+        `${what} was denied by ${answer.by ?? "a person"} (approval ${id})`,
+        {
+          provider: request.provider,
+          hint: "ask the person who answers approvals for this broker",
+        },
+      );
+    case "approval_timeout":
+      throw new BrokerError(
+        "approval_timeout",
+        `${what} needed approval and none came within ${Math.round(timeoutMs / 1000)} s (approval ${id})`,
+        {
+          provider: request.provider,
+          hint: "retry, and have someone run keybroker approvals / keybroker approve <id> while it waits",
+        },
+      );
+  }
+}
+
+export function createHoldForApproval(approvals: Approvals): (x: Exchange) => void | Promise<void> {
+  return (x) => {
+    if (x.approval === undefined) return;
+    return holdForApproval(x, approvals);
+  };
+}
