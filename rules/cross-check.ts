@@ -43,7 +43,35 @@ export function crossCheck(raw: unknown): PathProblem[] {
   checkSources(raw, problems);
   checkResolve(raw, problems);
   checkListen(raw, problems);
+  checkPolicyClients(raw, problems);
   return problems;
+}
+
+/** A policy rule scoped to `clients:` names clients the file defines (else it never applies). */
+function checkPolicyClients(raw: Raw, problems: PathProblem[]): void {
+  if (!isRecord(raw.providers)) return;
+  const known =
+    isRecord(raw.clients) && Object.keys(raw.clients).length > 0 ? Object.keys(raw.clients) : ["default"];
+  for (const [id, provider] of Object.entries(raw.providers)) {
+    if (!isRecord(provider) || !Array.isArray(provider.policy)) continue;
+    provider.policy.forEach((rule, index) => {
+      if (!isRecord(rule)) return;
+      for (const action of ["deny", "approve"]) {
+        const matcher = rule[action];
+        if (!isRecord(matcher) || matcher.clients === undefined) continue;
+        const names = typeof matcher.clients === "string" ? [matcher.clients] : strings(matcher.clients);
+        names.forEach((name, i) => {
+          if (!CLIENT_NAME.test(name) || known.includes(name)) return;
+          const close = suggest(name, known);
+          const path = ["providers", id, "policy", index, action, "clients"];
+          problems.push({
+            path: typeof matcher.clients === "string" ? path : [...path, i],
+            message: `no client named "${name}" — ${close === undefined ? `known: ${known.join(", ")}` : `did you mean "${close}"?`}`,
+          });
+        });
+      }
+    });
+  }
 }
 
 function owner(provider: MergedProvider<Raw>): string {

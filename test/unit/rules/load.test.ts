@@ -664,6 +664,47 @@ describe("compiling", () => {
   it("defaults a client to every provider with the user role", () => {
     const rules = parse("clients: { cron: { token: T } }\n");
     expect(rules.clients).toEqual([{ name: "cron", token: "T", providers: "*", role: "user" }]);
+    expect(rules.approvals).toEqual({ timeoutMs: 120_000 });
+  });
+
+  it("rejects a policy rule scoped to a client the file does not define", () => {
+    const found = problems(
+      [
+        "providers:",
+        "  x:",
+        "    hosts: [x.example.com]",
+        "    policy: [{ deny: { clients: [crom, nobody] } }]",
+        "clients: { cron: {}, default: {} }",
+      ].join("\n"),
+    );
+    expect(found.map((p) => [p.path, p.message])).toEqual([
+      ["providers.x.policy[0].deny.clients[0]", 'no client named "crom" — did you mean "cron"?'],
+      ["providers.x.policy[0].deny.clients[1]", 'no client named "nobody" — known: cron, default'],
+    ]);
+  });
+
+  it("rejects an unknown role, a deny rule with a timeout, a bad rpm and a scoped rule naming no valid client", () => {
+    const found = problems(
+      [
+        "providers:",
+        "  x:",
+        "    hosts: [x.example.com]",
+        "    policy:",
+        "      - deny: { method: POST, timeout: 5s }",
+        "      - approve: { roles: [boss], clients: ['bad name'] }",
+        "clients:",
+        "  a: { role: superuser, limits: { rpm: 0 } }",
+        "approvals: { timeout: 0s }",
+      ].join("\n"),
+    );
+    expect(found.map((p) => [p.path, p.message])).toEqual([
+      ["providers.x.policy[0].deny.timeout", expect.stringContaining("timeout belongs to approve rules")],
+      ["providers.x.policy[1].approve.roles[0]", '"boss" is not one of "owner", "admin", "user", "guest"'],
+      ["providers.x.policy[1].approve.clients[0]", expect.stringContaining("not a valid client name")],
+      ["clients.a.role", '"superuser" is not one of "owner", "admin", "user", "guest"'],
+      ["clients.a.limits.rpm", "must be at least 1"],
+      ["approvals.timeout", expect.stringContaining("more than zero")],
+    ]);
   });
 });
 
@@ -681,14 +722,20 @@ describe("the SPEC §4 example", () => {
       "infisical:/llm/ANTHROPIC_API_KEY",
       "file:/run/secrets/anthropic",
     ]);
-    expect(provider(rules, "github").policy).toHaveLength(2);
+    expect(provider(rules, "github").policy).toEqual([
+      { action: "deny", methods: ["DELETE"], paths: ["/repos/**"] },
+      { action: "approve", methods: ["PUT", "PATCH"], paths: ["/repos/*/*/branches/**"], timeoutMs: 120_000 },
+      { action: "deny", methods: ["POST"], paths: ["/repos/*/*/issues"], roles: ["guest"] },
+    ]);
+    expect(rules.approvals).toEqual({ timeoutMs: 120_000 });
     expect(provider(rules, "vertex")).toMatchObject({ mount: "/p/vertex", hosts: [], credentials: [] });
     expect(provider(rules, "bedrock").auth?.kind).toBe("aws_sigv4");
     expect(provider(rules, "codex-oauth").credentials).toEqual([]);
     expect(rules.fallbacks).toEqual({ openai: ["openrouter"] });
     expect(rules.clients).toEqual([
       { name: "default", providers: "*", role: "user" },
-      { name: "cron", token: "KB_CRON_TOKEN", providers: ["openai"], role: "user" },
+      { name: "cron", token: "KB_CRON_TOKEN", providers: ["openai"], role: "user", rpm: 30 },
+      { name: "guest", token: "KB_GUEST_TOKEN", providers: ["github"], role: "guest" },
       { name: "admin", token: "KB_ADMIN_TOKEN", providers: "*", role: "owner" },
     ]);
   });
