@@ -806,6 +806,18 @@ export class Broker implements AdminHost {
           },
           `held ${what} for approval ${id}: to let it through run  ${this.approveCommand(id)}  (or ${this.approveCommand(id, "deny")}); it is refused in ${Math.round((e.timeoutMs ?? 0) / 1000)} s`,
         );
+        // Names and ids only (never the body preview or a header): the event may go to a chat.
+        void this.notifier.notify({
+          event: "approval_pending",
+          id,
+          client: r.client,
+          provider: r.provider,
+          method: r.method,
+          host: r.host,
+          path: r.path,
+          expires_in: Math.round((e.timeoutMs ?? 0) / 1000),
+          approve: this.approveCommand(id),
+        });
         break;
       case "approved":
         reason =

@@ -3,11 +3,11 @@
 // the admin API; guest clients, role- and client-scoped rules, per-client rpm limits.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type CliResult, cliAsync, runProcess, tempHome } from "../helpers/broker.js";
+import { type CliResult, cliAsync, findSecrets, runProcess, tempHome } from "../helpers/broker.js";
 import { type Fixture, REAL_GITHUB, rulesFor, startFixture } from "../helpers/fixture.js";
 
 const TOKENS = {
@@ -19,8 +19,14 @@ const TOKENS = {
 
 let f: Fixture;
 let ghPlaceholder: string;
+/** `notify` appends each event it gets on stdin here. */
+let notified: string;
 
 beforeAll(async () => {
+  const scripts = tempHome();
+  const notifyScript = join(scripts, "notify.sh");
+  notified = join(scripts, "events.jsonl");
+  writeFileSync(notifyScript, '#!/bin/sh\ncat >> "$1"\n', { mode: 0o755 });
   f = await startFixture({
     env: TOKENS,
     rules: (u) =>
@@ -33,6 +39,7 @@ beforeAll(async () => {
       - deny: { method: GET, path: "/user/keys", clients: [cron] }
     pool: { retry_body_limit: 64KiB }
 approvals: { timeout: 30s }
+notify: "cmd:${notifyScript} ${notified}"
 clients:
   default: { providers: "*" }
   cron: { token: KB_CRON_TOKEN, providers: [openai, github] }
@@ -48,7 +55,23 @@ clients:
 afterAll(async () => {
   await f?.close();
   expect(f.leaks()).toEqual([]);
+  expect(findSecrets([REAL_GITHUB, ...Object.values(TOKENS)], [], [readFileSync(notified, "utf8")])).toEqual(
+    [],
+  );
 });
+
+/** The events `notify` got, once one names approval `id` (the command runs on its own time). */
+async function notifiedAbout(id: string): Promise<Record<string, unknown>[]> {
+  for (;;) {
+    const text = existsSync(notified) ? readFileSync(notified, "utf8") : "";
+    const events = text
+      .split("\n")
+      .filter((l) => l.endsWith("}"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    if (events.some((e) => e.id === id)) return events;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
 
 /** curl through the broker as `client` (default: the default client), printing the status last. */
 function curlArgs(method: string, url: string, opts: { client?: string; body?: string } = {}): string[] {
@@ -219,6 +242,20 @@ describe("approvals", () => {
     expect(human.stdout).toContain(held.id);
     expect(human.stdout).toContain("PUT api.github.com/repos/o/r/branches/main/protection");
 
+    // notify got the pending request, names only: no body, no header.
+    const event = (await notifiedAbout(held.id)).find((e) => e.id === held.id);
+    expect(event).toMatchObject({
+      event: "approval_pending",
+      id: held.id,
+      client: "default",
+      provider: "github",
+      method: "PUT",
+      host: "api.github.com",
+      path: "/repos/o/r/branches/main/protection",
+    });
+    expect(JSON.stringify(event)).not.toContain("required_status_checks");
+    expect(JSON.stringify(event)).not.toContain(ghPlaceholder);
+
     // The exact command the log printed lets it through.
     const approve = await cliAsync(held.command.split(" ").slice(1));
     expect(approve.status, approve.stderr).toBe(0);
@@ -232,7 +269,7 @@ describe("approvals", () => {
     expect(got.headers.authorization).toBe(
       `Basic ${Buffer.from(`x-access-token:${REAL_GITHUB}`).toString("base64")}`,
     );
-    expect(await pendingCli()).toEqual([]);
+    expect(await pending()).toEqual([]);
     const security = await approvalLines(held.id, "approved");
     expect(decisions(security)).toEqual(["held", "approved"]);
     expect(security[1]!.reason).toContain("approved by admin token");
