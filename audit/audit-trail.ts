@@ -23,7 +23,9 @@ export class AuditTrail {
 
   record(entry: AuditEntry): void {
     this.main.record(entry);
-    if (SECURITY.has(entry.decision)) this.security.record(entry);
+    // A client over its `limits.rpm` is traffic control, not a security event: a client retrying
+    // in a loop must not rotate the security chain's lines away.
+    if (SECURITY.has(entry.decision) && entry.code !== "client_rate_limited") this.security.record(entry);
   }
 
   /** False while either chain cannot be written. */

@@ -86,6 +86,25 @@ ${COMMON_HELP}`,
   },
 };
 
+/** Sends approve or deny for `id` to the running broker; the answered request comes back. */
+async function answer(
+  values: { home?: string | undefined; port?: string | undefined },
+  id: string,
+  verb: "approve" | "deny",
+  body: Record<string, string>,
+): Promise<{ ctx: Context; approval: ApprovalView }> {
+  const ctx = createContext(values);
+  const broker = await running(ctx, values.port);
+  const { approval } = await adminRequest<{ approval: ApprovalView }>(
+    ctx.home,
+    broker,
+    "POST",
+    `approvals/${encodeURIComponent(id)}/${verb}`,
+    body,
+  );
+  return { ctx, approval };
+}
+
 /** approve and deny: one positional id. */
 function oneId(positionals: string[], verb: string): string {
   const [id, ...extra] = positionals;
@@ -117,13 +136,10 @@ ${COMMON_HELP}`,
       if (forMs === undefined || forMs <= 0)
         throw new UsageError(`--for: not a duration: ${values.for} (write 10m, 1h or 90s)`);
     }
-    const ctx = createContext(values);
-    const broker = await running(ctx, values.port);
-    const { approval } = await adminRequest<{ approval: ApprovalView }>(
-      ctx.home,
-      broker,
-      "POST",
-      `approvals/${encodeURIComponent(id)}/approve`,
+    const { ctx, approval } = await answer(
+      values,
+      id,
+      "approve",
       values.for === undefined ? {} : { for: values.for },
     );
     ctx.out(`approved ${approval.id}: ${describe(approval)}`);
@@ -149,15 +165,7 @@ ${COMMON_HELP}`,
   async run(argv) {
     const { values, positionals } = parse(argv, { port: { type: "string" } }, true);
     const id = oneId(positionals, "deny");
-    const ctx = createContext(values);
-    const broker = await running(ctx, values.port);
-    const { approval } = await adminRequest<{ approval: ApprovalView }>(
-      ctx.home,
-      broker,
-      "POST",
-      `approvals/${encodeURIComponent(id)}/deny`,
-      {},
-    );
+    const { ctx, approval } = await answer(values, id, "deny", {});
     ctx.out(`denied ${approval.id}: ${describe(approval)}`);
     return 0;
   },

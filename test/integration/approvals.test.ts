@@ -225,14 +225,15 @@ describe("approvals", () => {
     expect(f.upstream.received.length).toBe(before);
     const list = await pendingCli();
     expect(list).toHaveLength(1);
-    expect(list[0]).toMatchObject({
+    const what = {
       id: held.id,
       client: "default",
       provider: "github",
       method: "PUT",
       host: "api.github.com",
       path: "/repos/o/r/branches/main/protection",
-    });
+    };
+    expect(list[0]).toMatchObject(what);
     expect(list[0]!.seconds_left).toBeGreaterThan(0);
     expect(list[0]!.seconds_left).toBeLessThanOrEqual(30);
     // The preview shows the body with the secret masked.
@@ -244,15 +245,7 @@ describe("approvals", () => {
 
     // notify got the pending request, names only: no body, no header.
     const event = (await notifiedAbout(held.id)).find((e) => e.id === held.id);
-    expect(event).toMatchObject({
-      event: "approval_pending",
-      id: held.id,
-      client: "default",
-      provider: "github",
-      method: "PUT",
-      host: "api.github.com",
-      path: "/repos/o/r/branches/main/protection",
-    });
+    expect(event).toMatchObject({ event: "approval_pending", ...what });
     expect(JSON.stringify(event)).not.toContain("required_status_checks");
     expect(JSON.stringify(event)).not.toContain(ghPlaceholder);
 
@@ -430,5 +423,11 @@ describe("roles and limits", () => {
     expect(over.stdout).toMatch(/retry-after: \d+/i);
     expect(over.stdout).toContain('"client_rate_limited"');
     expect(status(await curl("GET", url, { client: "cron" }))).toBe(200);
+    // Refusals over the cap go to the audit log, but not to the security chain.
+    for (;;) {
+      if (auditLines("audit").some((l) => l.code === "client_rate_limited")) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(auditLines("security").some((l) => l.code === "client_rate_limited")).toBe(false);
   });
 });
