@@ -309,6 +309,9 @@ describe("approvals", () => {
     const lines = await approvalLines(held.id, "withdrawn");
     expect(decisions(lines)).toEqual(["held", "withdrawn"]);
     expect(lines[1]!.reason).toContain("the client hung up");
+    // The chains with these new lines still verify.
+    const verify = await f.cli(["audit", "verify"]);
+    expect(verify.status, verify.stdout + verify.stderr).toBe(0);
     expect(await pending()).toEqual([]);
     // Too late to approve: the id is gone, and the error says what to run.
     const late = await f.cli(["approve", held.id]);
