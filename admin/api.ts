@@ -10,7 +10,7 @@ import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
 import { agentView } from "../proxy/agent-view.js";
 import { providerStatuses, type StatusReport } from "../proxy/status.js";
-import { handleApprovals, isApprovalsRequest } from "./approvals-api.js";
+import { handleApprovals, isApprovalsRoute } from "./approvals-api.js";
 import type { AdminHost } from "./host.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
@@ -33,13 +33,13 @@ export function loadOrCreateAdminToken(home: string): string {
   return token;
 }
 
-export function send(res: ServerResponse, status: number, body: unknown): void {
+function send(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
   res.end(text);
 }
 
-export function fail(res: ServerResponse, err: BrokerError): void {
+function fail(res: ServerResponse, err: BrokerError): void {
   const out = errorResponse(err);
   res.writeHead(out.status, out.headers);
   res.end(out.body);
@@ -53,7 +53,7 @@ function authorized(req: IncomingMessage, token: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
   let text = "";
   for await (const chunk of req) {
     text += String(chunk);
@@ -98,8 +98,9 @@ export async function handleAdmin(
   res: ServerResponse,
 ): Promise<void> {
   try {
-    if (isApprovalsRequest(req)) {
-      await handleApprovals(broker, token, req, res);
+    const route = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0] ?? "";
+    if (isApprovalsRoute(route)) {
+      send(res, 200, await handleApprovals(broker, token, req, route, () => readJson(req)));
       return;
     }
     if (!authorized(req, token)) {

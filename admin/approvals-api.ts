@@ -6,11 +6,10 @@
 // The caller's role decides: the home's admin token is the owner; a client token whose client is
 // an owner or admin may list and answer; a user or guest token is refused with 403.
 import { timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
 import type { Role } from "../rules/types.js";
 import { parseDuration } from "../rules/units.js";
-import { ADMIN_PREFIX, readJson, send } from "./api.js";
 import type { AdminHost } from "./host.js";
 
 const ROUTE = /^approvals(?:\/([^/]{1,64})\/(approve|deny))?$/;
@@ -21,12 +20,9 @@ export interface Caller {
   readonly by: string;
 }
 
-function action(req: IncomingMessage): string {
-  return (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0] ?? "";
-}
-
-export function isApprovalsRequest(req: IncomingMessage): boolean {
-  return action(req) === "approvals" || action(req).startsWith("approvals/");
+/** `route`: the admin API path after `/__keybroker/admin/`, without the query. */
+export function isApprovalsRoute(route: string): boolean {
+  return route === "approvals" || route.startsWith("approvals/");
 }
 
 function sameToken(given: string, expected: string): boolean {
@@ -61,18 +57,20 @@ function forMs(body: Record<string, unknown>): number | undefined {
   return ms;
 }
 
+/** Answers one approvals request with the JSON body to send (200); refusals throw BrokerError. */
 export async function handleApprovals(
   broker: AdminHost,
   adminToken: string,
   req: IncomingMessage,
-  res: ServerResponse,
-): Promise<void> {
+  route: string,
+  readBody: () => Promise<Record<string, unknown>>,
+): Promise<unknown> {
   const caller = callerOf(broker, adminToken, req);
   if (caller === undefined) {
-    res.setHeader("www-authenticate", "Bearer");
     throw new BrokerError(
       "client_unauthorized",
       "approvals need the home's admin token or the token of an owner or admin client",
+      { headers: { "www-authenticate": "Bearer" } },
     );
   }
   if (caller.role !== "owner" && caller.role !== "admin") {
@@ -84,16 +82,15 @@ export async function handleApprovals(
       },
     );
   }
-  const route = ROUTE.exec(action(req));
-  if (route !== null && route[1] === undefined && req.method === "GET") {
-    send(res, 200, { approvals: await broker.approvals.list() });
-    return;
+  const match = ROUTE.exec(route);
+  if (match !== null && match[1] === undefined && req.method === "GET") {
+    return { approvals: await broker.approvals.list() };
   }
-  if (route !== null && route[1] !== undefined && req.method === "POST") {
-    const id = route[1];
-    const body = await readJson(req);
+  if (match !== null && match[1] !== undefined && req.method === "POST") {
+    const id = match[1];
+    const body = await readBody();
     const answered =
-      route[2] === "approve"
+      match[2] === "approve"
         ? await broker.approvals.approve(id, caller.by, forMs(body))
         : await broker.approvals.deny(id, caller.by);
     if (answered === undefined) {
@@ -105,8 +102,7 @@ export async function handleApprovals(
         },
       );
     }
-    send(res, 200, { approval: answered });
-    return;
+    return { approval: answered };
   }
   throw new BrokerError("bad_request", `unknown approvals request ${req.method} ${req.url}`, {
     hint: "GET approvals, POST approvals/<id>/approve or POST approvals/<id>/deny",
