@@ -108,7 +108,10 @@ async function answer(
 /** approve and deny: one positional id. */
 function oneId(positionals: string[], verb: string): string {
   const [id, ...extra] = positionals;
-  if (id === undefined) throw new UsageError(`keybroker ${verb} needs the id keybroker approvals shows`);
+  if (id === undefined)
+    throw new UsageError(
+      `which request? give the id that keybroker approvals shows, as in keybroker ${verb} 3f9c0a1b`,
+    );
   if (extra.length > 0) throw new UsageError(`unexpected arguments: ${extra.join(" ")}`);
   return id;
 }

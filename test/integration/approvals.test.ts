@@ -395,7 +395,7 @@ describe("approvals", () => {
     expect(none.stderr).toContain("no keybroker is running for");
     const missing = await f.cli(["approve"]);
     expect(missing.status).toBe(2);
-    expect(missing.stderr).toContain("needs the id keybroker approvals shows");
+    expect(missing.stderr).toContain("give the id that keybroker approvals shows");
     const badFor = await f.cli(["approve", "abc", "--for", "soon"]);
     expect(badFor.status).toBe(2);
   });
