@@ -1,7 +1,7 @@
 // The broker's local admin API, for the CLI: status, what an agent gets (`env`/`run`) and pool
 // resets on the running broker.
 // Requests carry the home's admin token (0600), compared in constant time.
-import { randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
@@ -11,6 +11,7 @@ import { VERSION } from "../core/version.js";
 import { agentView } from "../proxy/agent-view.js";
 import { providerStatuses, type StatusReport } from "../proxy/status.js";
 import { handleApprovals, isApprovalsRoute } from "./approvals-api.js";
+import { authorizeAdmin } from "./callers.js";
 import type { AdminHost } from "./host.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
@@ -43,14 +44,6 @@ function fail(res: ServerResponse, err: BrokerError): void {
   const out = errorResponse(err);
   res.writeHead(out.status, out.headers);
   res.end(out.body);
-}
-
-function authorized(req: IncomingMessage, token: string): boolean {
-  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
-  if (given === undefined) return false;
-  const a = Buffer.from(given);
-  const b = Buffer.from(token);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
@@ -99,13 +92,9 @@ export async function handleAdmin(
 ): Promise<void> {
   try {
     const route = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0] ?? "";
+    const caller = authorizeAdmin(broker, token, req, route);
     if (isApprovalsRoute(route)) {
-      send(res, 200, await handleApprovals(broker, token, req, route, () => readJson(req)));
-      return;
-    }
-    if (!authorized(req, token)) {
-      res.setHeader("www-authenticate", "Bearer");
-      fail(res, new BrokerError("client_unauthorized", "the admin API needs the home's admin token"));
+      send(res, 200, await handleApprovals(broker, caller, req, route, () => readJson(req)));
       return;
     }
     const action = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0];

@@ -365,7 +365,7 @@ describe("approvals", () => {
     expect(await pending()).toEqual([]);
   });
 
-  it("the approvals API: an admin client's token may answer; user and guest tokens get 403; unknown ones 407", async () => {
+  it("the admin API by role: an admin client's token may answer approvals; user and guest tokens get 403; unknown ones 407", async () => {
     const api = `${f.broker.url}/__keybroker/admin/approvals`;
     const as = async (token: string, path = "", method: "GET" | "POST" = "GET") => {
       const res = await request(`${api}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
@@ -377,6 +377,13 @@ describe("approvals", () => {
       expect((res.body.error as { type: string }).type).toBe("policy_denied");
     }
     expect((await as("not-a-token")).status).toBe(407);
+    // The rest of the admin API by role: an admin reads the status; only owners get the rest.
+    const admin = `${f.broker.url}/__keybroker/admin`;
+    const at = async (token: string, path: string) =>
+      (await request(`${admin}/${path}`, { headers: { authorization: `Bearer ${token}` } })).statusCode;
+    expect(await at(TOKENS.KB_BOSS_TOKEN, "status")).toBe(200);
+    expect(await at(TOKENS.KB_BOSS_TOKEN, "agent?client=cron")).toBe(403);
+    expect(await at(TOKENS.KB_CRON_TOKEN, "status")).toBe(403);
     const held = await startHeld("PUT", BRANCH);
     const refused = await as(TOKENS.KB_CRON_TOKEN, `/${held.id}/approve`, "POST");
     expect(refused.status).toBe(403);

@@ -1,0 +1,67 @@
+// Who calls the admin API (SPEC §16): the caller's bearer token decides. The home's admin token
+// is the owner (the CLI); a client's own token gives that client's role. Owners may do
+// everything; admins answer approvals, read the status and reset marks; user and guest tokens
+// are refused with 403, unknown ones with 407.
+import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { BrokerError } from "../core/errors.js";
+import type { Role } from "../rules/types.js";
+import { isApprovalsRoute } from "./approvals-api.js";
+import type { AdminHost } from "./host.js";
+
+export interface Caller {
+  readonly role: Role;
+  /** How the audit log names who answered. */
+  readonly by: string;
+}
+
+function sameToken(given: string, expected: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(expected);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Who a bearer token belongs to: the home's admin token (owner), or a client with a token. */
+export function callerOf(broker: AdminHost, adminToken: string, req: IncomingMessage): Caller | undefined {
+  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
+  if (given === undefined) return undefined;
+  if (sameToken(given, adminToken)) return { role: "owner", by: "admin token" };
+  for (const client of broker.runtime.clients.values()) {
+    if (client.token !== undefined && sameToken(given, client.token.reveal()))
+      return { role: client.rule.role, by: `client ${client.rule.name}` };
+  }
+  return undefined;
+}
+
+/** What a client with the role admin may do besides approvals (SPEC §16: the page, resets). */
+const ADMIN_ROLE_ROUTES = new Set(["status", "reset"]);
+
+/** The caller of an admin request, refused (407 / 403) when its role does not allow `route`. */
+export function authorizeAdmin(
+  broker: AdminHost,
+  adminToken: string,
+  req: IncomingMessage,
+  route: string,
+): Caller {
+  const caller = callerOf(broker, adminToken, req);
+  if (caller === undefined) {
+    throw new BrokerError(
+      "client_unauthorized",
+      "the admin API needs the home's admin token, or the token of an owner or admin client",
+      { headers: { "www-authenticate": "Bearer" } },
+    );
+  }
+  const allowed =
+    caller.role === "owner" ||
+    (caller.role === "admin" && (isApprovalsRoute(route) || ADMIN_ROLE_ROUTES.has(route)));
+  if (!allowed) {
+    throw new BrokerError(
+      "policy_denied",
+      `${caller.by} has the role ${caller.role}, which may not use ${route}`,
+      {
+        hint: "use the token of a client with the role owner (or admin, for approvals, status and resets)",
+      },
+    );
+  }
+  return caller;
+}
