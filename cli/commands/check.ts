@@ -188,6 +188,29 @@ async function reportProvider(
 ): Promise<Report> {
   const rule = p.rule;
   const id = rule.id;
+  if (rule.oauth?.grant === "client_credentials" && rule.oauth.clientSecret !== undefined) {
+    // No login: the broker fetches the token from client_id and client_secret.
+    const r = await resolver.resolve(rule.oauth.clientSecret);
+    out(
+      `${id}: ${r.secret === undefined ? "NO CREDENTIAL" : "OAuth client credentials"} (client_id ${rule.oauth.clientId})`,
+    );
+    out(`  client_secret: ${describeResolution(r)}`);
+    return {
+      usable: r.secret !== undefined,
+      json: {
+        id,
+        state: r.secret === undefined ? "no_credential" : "oauth",
+        kind: "client_credentials",
+        credentials: [credentialJson(r)],
+      },
+      problems:
+        r.secret === undefined
+          ? [
+              `provider "${id}" (client_credentials) is missing its client_secret ${r.ref}: ${whereToSet(r.ref, rules)}`,
+            ]
+          : [],
+    };
+  }
   if (rule.oauth !== undefined) {
     const logins = (await readLogins(home)).filter((l) => l.provider === id).map(describeLogin);
     const never = isOAuthOnly(id) ? `; it never reads ${derivedEnvName(id)} or any other API key` : "";

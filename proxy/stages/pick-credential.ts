@@ -2,7 +2,7 @@
 // body when a quota answer may have to be retried on another credential.
 import { BrokerError } from "../../core/errors.js";
 import type { LoginEntry } from "../../secrets/oauth/logins.js";
-import { isExpired } from "../../secrets/oauth/refresher.js";
+import { CLIENT_CREDENTIALS_ID, isExpired } from "../../secrets/oauth/refresher.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
@@ -118,6 +118,7 @@ function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
   const entries = x.rt.logins?.members(rule.id) ?? [];
   const now = Date.now();
+  if (rule.oauth?.grant === "client_credentials") return clientCredentialsMember(x, entries[0], now);
   const expired = entries.filter(
     (e) => e.login.state === "ok" && !x.tried.has(e.login.id) && isExpired(e.login, now),
   );
@@ -131,6 +132,41 @@ function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
       x.rt.logins?.members(rule.id) ?? [],
       results.some((r) => r.status === "rejected"),
     ),
+  );
+}
+
+/**
+ * The token of a client_credentials provider: the one held while it is valid (the request
+ * path touches nothing else), else fetched now; a fetch that fails is 503 credential_unavailable.
+ */
+function clientCredentialsMember(
+  x: Exchange,
+  held: LoginEntry | undefined,
+  now: number,
+): Member[] | Promise<Member[]> {
+  if (x.tried.has(CLIENT_CREDENTIALS_ID)) return [];
+  const member = (e: LoginEntry): Member => ({
+    id: e.login.id,
+    fingerprint: e.secret.fingerprint,
+    secret: e.secret,
+  });
+  if (held !== undefined && !isExpired(held.login, now)) return [member(held)];
+  const rule = x.provider!.rule;
+  const refresher = x.rt.refresher;
+  const unavailable = (why: string) =>
+    new BrokerError("credential_unavailable", `provider "${rule.id}" has no access token: ${why}`, {
+      provider: rule.id,
+      hint: "check oauth.client_id and oauth.client_secret with keybroker check; keybroker will try again",
+    });
+  if (refresher === undefined) throw unavailable("no refresher");
+  return refresher.refresh(rule.id, CLIENT_CREDENTIALS_ID, held?.login.accessToken ?? "").then(
+    (entry) => {
+      if (entry === undefined) throw unavailable("the provider has no oauth block");
+      return [member(entry)];
+    },
+    (err: Error) => {
+      throw unavailable(err.message);
+    },
   );
 }
 

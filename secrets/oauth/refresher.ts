@@ -5,7 +5,9 @@
 // adopted; the intent to send a refresh token is stored before it is sent (a crash leaves at
 // most one more try), and the answer is stored, fenced on the generation it started from,
 // before the new access token is used. A permanent failure marks the login reauth_required
-// (its tokens kept); a transient one keeps a still-valid token.
+// (its tokens kept); a transient one keeps a still-valid token. A `client_credentials`
+// provider has no login: its token is fetched from client_id and client_secret when first
+// needed, again ahead of expiry and after a 401, and held in memory only (SPEC §8).
 import type { ProviderRule } from "../../rules/types.js";
 import { OAuthEndpointError } from "./capped-fetch.js";
 import type { StoredLogin } from "./login.js";
@@ -14,9 +16,15 @@ import { type OAuthClient, OAuthServerError } from "./oauth-client.js";
 
 const PERMANENT = new Set(["invalid_grant", "invalid_client", "unauthorized_client", "http_400", "http_401"]);
 
+/** The credential id of a client_credentials provider's token in its pool. */
+export const CLIENT_CREDENTIALS_ID = "client_credentials";
+
 /** When to refresh: 10 % of the lifetime or 60 s before expiry, whichever is more (at most half). */
-export function refreshAt(login: StoredLogin): number | undefined {
-  if (login.expiresAt === undefined || login.refreshToken === undefined) return undefined;
+export function refreshAt(
+  login: StoredLogin,
+  renewable = login.refreshToken !== undefined,
+): number | undefined {
+  if (login.expiresAt === undefined || !renewable) return undefined;
   const lifetime = Math.max(0, login.expiresAt - login.issuedAt);
   const ahead = Math.min(Math.max(lifetime * 0.1, 60_000), lifetime / 2);
   return login.expiresAt - ahead;
@@ -25,6 +33,9 @@ export function refreshAt(login: StoredLogin): number | undefined {
 export function isExpired(login: StoredLogin, now = Date.now()): boolean {
   return login.expiresAt !== undefined && login.expiresAt <= now;
 }
+
+/** A failed client_credentials fetch is answered from memory this long before trying again. */
+const CLIENT_RETRY_MS = 2_000;
 
 export class RefreshFailed extends Error {
   override name = "RefreshFailed";
@@ -48,6 +59,7 @@ export class Refresher {
   readonly #opts: RefresherOptions;
   readonly #inflight = new Map<string, Promise<LoginEntry | undefined>>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
+  readonly #clientFailures = new Map<string, { at: number; error: RefreshFailed }>();
   #closed = false;
 
   constructor(opts: RefresherOptions) {
@@ -59,7 +71,7 @@ export class Refresher {
     const key = `${login.provider}\0${login.id}`;
     clearTimeout(this.#timers.get(key));
     this.#timers.delete(key);
-    const at = refreshAt(login);
+    const at = refreshAt(login, login.refreshToken !== undefined || this.#isClientGrant(login.provider));
     if (this.#closed || at === undefined || login.state !== "ok") return;
     const timer = setTimeout(
       () => {
@@ -70,6 +82,10 @@ export class Refresher {
     );
     timer.unref();
     this.#timers.set(key, timer);
+  }
+
+  #isClientGrant(provider: string): boolean {
+    return this.#opts.client(provider)?.spec.grant === "client_credentials";
   }
 
   unschedule(provider: string, id: string): void {
@@ -92,7 +108,10 @@ export class Refresher {
     const key = `${provider}\0${id}`;
     let pending = this.#inflight.get(key);
     if (pending === undefined) {
-      pending = this.#refresh(provider, id, stale).finally(() => this.#inflight.delete(key));
+      const work = this.#isClientGrant(provider)
+        ? this.#fetchClientToken(provider)
+        : this.#refresh(provider, id, stale);
+      pending = work.finally(() => this.#inflight.delete(key));
       this.#inflight.set(key, pending);
     }
     return pending;
@@ -170,6 +189,51 @@ export class Refresher {
         return entry;
       },
     );
+  }
+
+  /**
+   * The token of a client_credentials provider, fetched now: no login, no refresh token, no
+   * lock (each broker may hold its own token). Kept in memory only. A failure is not cached
+   * for long: the next request after a short pause tries again.
+   */
+  async #fetchClientToken(provider: string): Promise<LoginEntry | undefined> {
+    const client = this.#opts.client(provider);
+    if (client === undefined) return undefined;
+    const key = `${provider}\0${CLIENT_CREDENTIALS_ID}`;
+    const failed = this.#clientFailures.get(key);
+    if (failed !== undefined && Date.now() - failed.at < CLIENT_RETRY_MS) throw failed.error;
+    let tokens: Awaited<ReturnType<OAuthClient["clientCredentials"]>>;
+    try {
+      tokens = await client.clientCredentials();
+    } catch (err) {
+      const reason =
+        err instanceof OAuthEndpointError || err instanceof OAuthServerError ? err.message : String(err);
+      const permanent = err instanceof OAuthServerError && PERMANENT.has(err.error);
+      const error = new RefreshFailed(
+        `fetching the client_credentials token of ${provider} failed: ${reason}`,
+        permanent,
+      );
+      this.#clientFailures.set(key, { at: Date.now(), error });
+      this.#opts.warn(error.message);
+      throw error;
+    }
+    this.#clientFailures.delete(key);
+    const held = this.#opts.logins.get(provider, CLIENT_CREDENTIALS_ID)?.login;
+    const now = Date.now();
+    const next: StoredLogin = {
+      provider,
+      id: CLIENT_CREDENTIALS_ID,
+      accessToken: tokens.accessToken,
+      ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
+      issuedAt: now,
+      ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
+      createdAt: held?.createdAt ?? now,
+      refreshedAt: now,
+      generation: (held?.generation ?? 0) + 1,
+      state: "ok",
+    };
+    this.#opts.onEvent("refreshed", next);
+    return this.#opts.logins.adopt(next);
   }
 
   async #giveUp(login: StoredLogin, reason: string): Promise<LoginEntry> {

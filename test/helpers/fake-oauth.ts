@@ -31,6 +31,9 @@ export interface FakeOAuth {
   oversized: boolean;
   slowDowns: number;
   deny: boolean;
+  /** client_credentials tokens issued (the secret the client must send is `clientSecret`). */
+  clientTokens: string[];
+  clientSecret: string;
   /** A completed login, as `auth add` would have obtained it (its grant id is `grant`). */
   login(): { access_token: string; refresh_token: string; expires_in: number; grant: number };
   /** Revokes one grant, as a user revoking one session. */
@@ -49,7 +52,10 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 
 const token = (prefix: string) => `${prefix}-${randomBytes(18).toString("hex")}`;
 
-export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = {}): FakeOAuth {
+export function installFakeOAuth(
+  u: FakeUpstream,
+  opts: { clientId?: string; clientSecret?: string } = {},
+): FakeOAuth {
   const clientId = opts.clientId ?? "app_1";
   const grants: Grant[] = [];
   const devices = new Map<string, { userCode: string; approved: boolean }>();
@@ -63,6 +69,8 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
     oversized: false,
     slowDowns: 0,
     deny: false,
+    clientTokens: [],
+    clientSecret: opts.clientSecret ?? "",
     login() {
       const g = newGrant();
       return { ...issue(g), grant: g.id };
@@ -139,7 +147,7 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
     res.writeHead(302, { location: redirect.toString() });
     res.end();
   });
-  u.routes.set("POST /token", async (_req, res, body) => {
+  u.routes.set("POST /token", async (req, res, body) => {
     if (fake.tokenDelayMs > 0) await new Promise((r) => setTimeout(r, fake.tokenDelayMs));
     if (fake.oversized) {
       res.writeHead(200, { "content-type": "application/json" });
@@ -151,6 +159,13 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
       return;
     }
     const p = new URLSearchParams(body.toString());
+    // client_secret_basic (RFC 6749 §2.3.1: both parts form-urlencoded) or client_id in the body.
+    const basic = /^Basic (.+)$/.exec(String(req.headers.authorization ?? ""));
+    if (basic !== null) {
+      const [id, secret] = Buffer.from(basic[1]!, "base64").toString().split(":").map(decodeURIComponent);
+      if (id !== clientId || secret !== fake.clientSecret) return json(res, 401, { error: "invalid_client" });
+      p.set("client_id", id);
+    }
     if (p.get("client_id") !== clientId) return json(res, 401, { error: "invalid_client" });
     switch (p.get("grant_type")) {
       case "urn:ietf:params:oauth:grant-type:device_code": {
@@ -188,6 +203,15 @@ export function installFakeOAuth(u: FakeUpstream, opts: { clientId?: string } = 
         }
         g.refresh.set(rt, true);
         return json(res, 200, issue(g));
+      }
+      case "client_credentials": {
+        if (basic === null) return json(res, 401, { error: "invalid_client" });
+        const g = newGrant();
+        const access = token("cc");
+        g.access.add(access);
+        fake.issued.push(access);
+        fake.clientTokens.push(access);
+        return json(res, 200, { access_token: access, token_type: "Bearer", expires_in: fake.accessTtl });
       }
       default:
         return json(res, 400, { error: "unsupported_grant_type" });

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
-import { baseEnv, CLI, findSecrets, outputs } from "../helpers/broker.js";
+import { baseEnv, CLI, outputs } from "../helpers/broker.js";
 import {
   AUTH_HOST,
   chatThroughBroker,
@@ -19,6 +19,7 @@ import {
   oauthRules,
 } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
 interface Running {
   readonly child: ChildProcess;
@@ -84,11 +85,7 @@ const open: { f: Fixture; fake: FakeOAuth }[] = [];
 afterEach(async () => {
   for (const { f, fake } of open.splice(0)) {
     await f.close();
-    expect(f.leaks()).toEqual([]);
-    const store = join(f.home, "tokens");
-    expect(findSecrets(fake.issued, [f.home, f.dir], undefined, (file) => file.startsWith(store))).toEqual(
-      [],
-    );
+    expect(oauthLeaks(f, fake.issued)).toEqual([]);
   }
 });
 

@@ -9,8 +9,8 @@ import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
-import { findSecrets } from "../helpers/broker.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
 const TOKEN_WORK = "at-work-1111111111111111111111111111";
@@ -52,11 +52,7 @@ const open: Fixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
-    expect(f.leaks()).toEqual([]);
-    const tokenStore = join(f.home, "tokens");
-    expect(findSecrets(TOKENS, [f.home, f.dir], undefined, (file) => file.startsWith(tokenStore))).toEqual(
-      [],
-    );
+    expect(oauthLeaks(f, TOKENS)).toEqual([]);
   }
 });
 

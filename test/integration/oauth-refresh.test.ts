@@ -8,20 +8,17 @@ import type { ProxyAgent } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
-import { type BrokerProcess, findSecrets, startBroker } from "../helpers/broker.js";
+import { type BrokerProcess, startBroker } from "../helpers/broker.js";
 import { chatThroughBroker, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
 const open: { f: Fixture; fake: FakeOAuth; more: BrokerProcess[] }[] = [];
 afterEach(async () => {
   for (const { f, fake, more } of open.splice(0)) {
     for (const b of more) await b.stop();
     await f.close();
-    expect(f.leaks()).toEqual([]);
-    const store = join(f.home, "tokens");
-    expect(findSecrets(fake.issued, [f.home, f.dir], undefined, (file) => file.startsWith(store))).toEqual(
-      [],
-    );
+    expect(oauthLeaks(f, fake.issued)).toEqual([]);
   }
 });
 
