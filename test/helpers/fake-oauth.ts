@@ -31,6 +31,13 @@ export interface FakeOAuth {
   oversized: boolean;
   slowDowns: number;
   deny: boolean;
+  /** Requests that reached the token endpoint (counted on arrival, before any stall). */
+  tokenRequests: number;
+  /**
+   * While set, token requests wait for it; one whose client went away meanwhile is dropped
+   * unprocessed (its refresh token not used), as a server does with a request never completed.
+   */
+  stall: Promise<void> | undefined;
   /** client_credentials tokens issued (the secret the client must send is `clientSecret`). */
   clientTokens: string[];
   clientSecret: string;
@@ -69,6 +76,8 @@ export function installFakeOAuth(
     oversized: false,
     slowDowns: 0,
     deny: false,
+    tokenRequests: 0,
+    stall: undefined,
     clientTokens: [],
     clientSecret: opts.clientSecret ?? "",
     login() {
@@ -148,6 +157,11 @@ export function installFakeOAuth(
     res.end();
   });
   u.routes.set("POST /token", async (req, res, body) => {
+    fake.tokenRequests++;
+    if (fake.stall !== undefined) {
+      await fake.stall;
+      if (req.socket.destroyed) return;
+    }
     if (fake.tokenDelayMs > 0) await new Promise((r) => setTimeout(r, fake.tokenDelayMs));
     if (fake.oversized) {
       res.writeHead(200, { "content-type": "application/json" });

@@ -162,4 +162,66 @@ describe("refresh custody", () => {
     },
     TEST_TIMEOUT,
   );
+
+  it(
+    "a broker killed with kill -9 while holding the refresh lock: the other takes the lock over and keeps serving, zero reuse",
+    async () => {
+      const { f, fake, more, call } = await setup();
+      // The login's access token is refused upstream (valid for an hour by its expiry, so no
+      // timer refreshes it): the first request through a broker refreshes it on the 401.
+      const t = fake.login();
+      const refused = "at-refused-upstream-0123456789abcdef0123";
+      fake.issued.push(refused);
+      const now = Date.now();
+      await new FileTokenStore(f.home).put({
+        provider: "codex-oauth",
+        id: "default",
+        accessToken: refused,
+        refreshToken: t.refresh_token,
+        expiresAt: now + 3_600_000,
+        issuedAt: now,
+        createdAt: now,
+        generation: 1,
+        state: "ok",
+      });
+      const second = await startBroker({ home: f.home, config: join(f.dir, "keybroker.yaml") });
+      more.push(second);
+      const { ProxyAgent } = await import("undici");
+      const a = f.proxyAgent();
+      const b = new ProxyAgent({ uri: second.url, requestTls: { ca: readFileSync(second.caPath, "utf8") } });
+
+      // Broker A takes the lock and sends the refresh; the token endpoint stalls; A is killed.
+      let release!: () => void;
+      fake.stall = new Promise<void>((r) => {
+        release = r;
+      });
+      const stalled = call(a).catch((err: Error) => err);
+      while (fake.tokenRequests === 0) await new Promise((r) => setTimeout(r, 5));
+      const lock = join(f.home, "tokens", "codex-oauth~default.refresh.lock");
+      expect(readFileSync(join(f.home, "tokens", "codex-oauth~default.json"), "utf8")).toContain(
+        '"refreshAttempts": 1',
+      );
+      f.broker.child.kill("SIGKILL");
+      await new Promise((r) => f.broker.child.once("exit", r));
+      expect((await import("node:fs")).existsSync(lock)).toBe(true);
+      fake.stall = undefined;
+      release();
+      await stalled;
+
+      // Broker B finds the lock of a dead holder, takes it over once it is stale, sends the
+      // refresh token once more (it never reached the server's processing) and serves.
+      const r = await call(b);
+      expect(r.status, r.text).toBe(200);
+      expect((await call(b)).status).toBe(200);
+      expect(fake.reuses).toBe(0);
+      expect(fake.refreshes).toBe(1);
+      const stored = await new FileTokenStore(f.home).get("codex-oauth", "default");
+      expect(stored?.state).toBe("ok");
+      expect(stored?.refreshToken).not.toBe(t.refresh_token);
+      expect(stored?.refreshAttempts).toBeUndefined();
+      await a.close();
+      await b.close();
+    },
+    TEST_TIMEOUT,
+  );
 });
