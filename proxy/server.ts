@@ -44,6 +44,7 @@ import { assertHostHeader, interceptedPath } from "./request-target.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { Withdrawn } from "./stages/hold-for-approval.js";
+import { labelFlag } from "./stages/pick-credential.js";
 import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
@@ -275,10 +276,18 @@ export class Broker implements AdminHost {
           ...(detail === undefined ? {} : { reason: detail }),
         });
         if (decision === "reauth_required") {
+          const hint = `keybroker auth add ${login.provider}${labelFlag(login.id)}`;
           this.log.warn(
             { provider: login.provider, credential: login.id },
-            `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run keybroker auth add ${login.provider}${login.id === "default" ? "" : ` --label ${login.id}`}`,
+            `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run ${hint}`,
           );
+          // Once per login: only the write that marked it reports it, in whichever broker.
+          void this.notifier.notify({
+            event: "reauth_required",
+            provider: login.provider,
+            credential: login.id,
+            hint,
+          });
         }
       },
       warn: (message) => this.log.warn(message),

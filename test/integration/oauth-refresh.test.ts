@@ -2,13 +2,13 @@
 // are single-use, where a reused one revokes the whole grant: many requests over short-lived
 // tokens, and two brokers on one home, must never send a refresh token twice; a revoked grant
 // makes that login reauth_required while another login keeps serving.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ProxyAgent } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
-import { type BrokerProcess, startBroker } from "../helpers/broker.js";
+import { type BrokerProcess, findSecrets, startBroker, tempHome } from "../helpers/broker.js";
 import { chatThroughBroker, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
@@ -22,7 +22,7 @@ afterEach(async () => {
   }
 });
 
-async function setup() {
+async function setup(topLevel = "") {
   let fake!: FakeOAuth;
   const f = await startFixture({
     rules: (u) => {
@@ -33,7 +33,7 @@ async function setup() {
         res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
         res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
       });
-      return oauthRules(u, "      token_timeout: 2s\n");
+      return oauthRules(u, `      token_timeout: 2s\n${topLevel}`);
     },
   });
   const more: BrokerProcess[] = [];
@@ -134,7 +134,18 @@ describe("refresh custody", () => {
   it(
     "a revoked grant: that login becomes reauth_required, the other serves; with none left a fast 401 names the command",
     async () => {
-      const { f, fake, addLogin, call, served } = await setup();
+      // notify: a script that appends each event (its stdin) to a file.
+      const tell = tempHome();
+      const events = join(tell, "events.jsonl");
+      const script = join(tell, "tell.sh");
+      writeFileSync(script, '#!/bin/sh\ncat >> "$1"\n', { mode: 0o700 });
+      const { f, fake, addLogin, call, served } = await setup(`notify: "cmd:${script} ${events}"\n`);
+      const told = async (n: number) => {
+        const deadline = Date.now() + 10_000;
+        const read = () => (existsSync(events) ? readFileSync(events, "utf8").trim().split("\n") : []);
+        while (read().length < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+        return read().map((l) => JSON.parse(l) as Record<string, unknown>);
+      };
       const grantA = await addLogin("a-first");
       const grantB = await addLogin("b-second");
       const agent = f.proxyAgent();
@@ -149,6 +160,14 @@ describe("refresh custody", () => {
       expect(states).toEqual({ "a-first": "reauth_required", "b-second": "ok" });
       // The tokens are kept, never wiped.
       expect((await new FileTokenStore(f.home).get("codex-oauth", "a-first"))?.refreshToken).toBeDefined();
+      expect(await told(1)).toEqual([
+        expect.objectContaining({
+          event: "reauth_required",
+          provider: "codex-oauth",
+          credential: "a-first",
+          hint: "keybroker auth add codex-oauth --label a-first",
+        }),
+      ]);
 
       fake.revokeGrant(grantB);
       const first = await call(agent);
@@ -157,6 +176,12 @@ describe("refresh custody", () => {
       expect(gone.status).toBe(401);
       expect(gone.headers["x-keybroker-error"]).toBe("reauth_required");
       expect(JSON.parse(gone.text).error.hint).toBe("keybroker auth add codex-oauth --label a-first");
+      // Told once per login, however many requests then found it needing a person.
+      expect((await told(2)).map((e) => [e.event, e.credential])).toEqual([
+        ["reauth_required", "a-first"],
+        ["reauth_required", "b-second"],
+      ]);
+      expect(findSecrets(fake.issued, [tell])).toEqual([]);
       expect(fake.reuses).toBe(0);
       await agent.close();
     },
