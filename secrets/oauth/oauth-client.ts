@@ -103,7 +103,12 @@ export class OAuthClient {
     if (s.issuer !== undefined) {
       const issuer = new URL(s.issuer);
       try {
-        const res = await oauth.discoveryRequest(issuer, { ...this.#options(), algorithm: "oauth2" });
+        // RFC 8414 metadata first; a server that has only OpenID metadata (oidc-provider,
+        // many OpenID providers) answers 404 there, and is asked at openid-configuration.
+        let res = await oauth.discoveryRequest(issuer, { ...this.#options(), algorithm: "oauth2" });
+        if (res.status === 404) {
+          res = await oauth.discoveryRequest(issuer, { ...this.#options(), algorithm: "oidc" });
+        }
         found = await oauth.processDiscoveryResponse(issuer, res);
       } catch (err) {
         translate(err);

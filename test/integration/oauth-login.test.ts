@@ -2,7 +2,6 @@
 // printed URL and code, approve at the authorization server (the device grant), or act as the
 // browser and follow the authorize redirect to the loopback callback (PKCE). The running broker
 // then serves real requests with the login, without a restart.
-import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -10,7 +9,7 @@ import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
-import { baseEnv, CLI, outputs } from "../helpers/broker.js";
+import { freePort, startCli } from "../helpers/cli-session.js";
 import {
   AUTH_HOST,
   chatThroughBroker,
@@ -20,66 +19,6 @@ import {
 } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
-
-interface Running {
-  readonly child: ChildProcess;
-  out(): string;
-  err(): string;
-  waitFor(pattern: RegExp): Promise<RegExpExecArray>;
-  exit(): Promise<number | null>;
-}
-
-/** Starts a keybroker command and lets the test read its output as it comes. */
-function startCli(f: Fixture, args: string[]): Running {
-  const child = spawn(
-    process.execPath,
-    [CLI, ...args, "--home", f.home, "--config", join(f.dir, "keybroker.yaml")],
-    {
-      env: baseEnv(),
-      stdio: ["pipe", "pipe", "pipe"],
-    },
-  );
-  let out = "";
-  let err = "";
-  const waiters: (() => void)[] = [];
-  const wake = () => {
-    for (const w of waiters.splice(0)) w();
-  };
-  child.stdout!.on("data", (d: Buffer) => {
-    out += d.toString();
-    wake();
-  });
-  child.stderr!.on("data", (d: Buffer) => {
-    err += d.toString();
-  });
-  const exited = once(child, "close").then(([code]) => {
-    outputs.push(out, err);
-    wake();
-    return code as number | null;
-  });
-  return {
-    child,
-    out: () => out,
-    err: () => err,
-    async waitFor(pattern) {
-      for (;;) {
-        const m = pattern.exec(out);
-        if (m !== null) return m;
-        if (child.exitCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
-        await new Promise<void>((r) => waiters.push(r));
-      }
-    },
-    exit: () => exited,
-  };
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, "127.0.0.1");
-  await once(s, "listening");
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 const open: { f: Fixture; fake: FakeOAuth }[] = [];
 afterEach(async () => {
