@@ -1,6 +1,8 @@
 // `keybroker auth add|remove|list` for OAuth providers (SPEC §8): makes a login with the
 // device grant or a code with PKCE, stores it only once complete, and deletes (revoking) one.
 import { spawn } from "node:child_process";
+import { AuditTrail } from "../../audit/audit-trail.js";
+import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
@@ -11,6 +13,7 @@ import { OAuthClient } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { PoolState } from "../../secrets/pool.js";
+import { fingerprintOf } from "../../secrets/secret.js";
 import { UsageError } from "../args.js";
 import type { Context } from "../context.js";
 import { findRunningBroker, localResolver } from "../context.js";
@@ -54,6 +57,32 @@ function openBrowser(url: string): void {
   } catch {
     // No opener: the printed URL is enough.
   }
+}
+
+/**
+ * Audits a login added or removed while no broker runs (a running broker sees the change in
+ * the token store and writes the line itself, so the chain keeps one writer).
+ */
+async function auditWithoutBroker(
+  ctx: Context,
+  rules: Rules,
+  entry: { decision: "login" | "removed"; provider: string; credential: string; token: string },
+): Promise<void> {
+  if (!rules.audit.enabled || (await findRunningBroker(ctx.home)) !== undefined) return;
+  knownSecrets.add(entry.token);
+  const trail = new AuditTrail(ctx.home, {
+    maxBytes: rules.audit.maxBytes,
+    keep: rules.audit.keep,
+    scrub: (line) => knownSecrets.scrub(line),
+    onError: (err) => ctx.err(`warning: the audit log cannot be written: ${err.message}`),
+  });
+  trail.record({
+    decision: entry.decision,
+    provider: entry.provider,
+    credential: entry.credential,
+    fingerprint: fingerprintOf(entry.token),
+  });
+  await trail.close();
 }
 
 export async function addLogin(
@@ -112,6 +141,12 @@ export async function addLogin(
       pools.reset(rule.id, label);
       pools.flush();
     }
+    await auditWithoutBroker(ctx, rules, {
+      decision: "login",
+      provider: rule.id,
+      credential: label,
+      token: login.accessToken,
+    });
     const s = describeLogin(login);
     ctx.out(
       `${rule.id}: logged in as credential "${label}"${s.expiresAt === undefined ? "" : `, access token valid until ${s.expiresAt}`}${s.refreshable ? "" : " (no refresh token: log in again when it expires)"}`,
@@ -156,6 +191,12 @@ export async function removeLogin(
     close();
   }
   await store.remove(rule.id, credential);
+  await auditWithoutBroker(ctx, rules, {
+    decision: "removed",
+    provider: rule.id,
+    credential,
+    token: login.accessToken,
+  });
   ctx.out(
     `${rule.id}: removed login "${credential}"${revoked ? " and revoked it at the authorization server" : ""}`,
   );

@@ -1,4 +1,5 @@
 import { UserError } from "../../core/errors.js";
+import { readLogins } from "../../secrets/oauth/token-store.js";
 import { PoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
@@ -89,7 +90,19 @@ ${COMMON_HELP}`,
       }
       return removeLogin(ctx, rules, rule, values.credential);
     }
-    // An OAuth provider's credentials are its logins: any id may hold marks.
+    // An OAuth provider's credentials are its logins.
+    if (
+      values.credential !== undefined &&
+      rule.oauth !== undefined &&
+      rule.oauth.grant !== "client_credentials"
+    ) {
+      const ids = (await readLogins(ctx.home)).filter((l) => l.provider === provider).map((l) => l.id);
+      if (!ids.includes(values.credential)) {
+        throw new UserError(
+          `provider "${provider}" has no login "${values.credential}"; its logins: ${ids.length === 0 ? "none" : ids.join(", ")}`,
+        );
+      }
+    }
     if (
       values.credential !== undefined &&
       rule.oauth === undefined &&

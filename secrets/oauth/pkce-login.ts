@@ -27,7 +27,6 @@ export interface PkceOptions {
 export function redirectUriFor(configured: string | undefined, port: number | undefined): URL {
   const url = new URL(configured ?? `http://127.0.0.1:${DEFAULT_CALLBACK_PORT}/callback`);
   if (url.protocol === "http:" && port !== undefined) url.port = String(port);
-  if (url.protocol === "http:" && url.port === "") url.port = "80";
   return url;
 }
 
@@ -94,7 +93,8 @@ async function loopback(
   state: string,
   opts: PkceOptions,
 ): Promise<URLSearchParams> {
-  const port = Number(redirect.port);
+  // A redirect URI without a port names port 80, and that is the port listened on.
+  const port = redirect.port === "" ? 80 : Number(redirect.port);
   let settle!: (result: { params?: URLSearchParams; error?: Error }) => void;
   const result = new Promise<{ params?: URLSearchParams; error?: Error }>((resolve) => {
     settle = resolve;
@@ -137,6 +137,11 @@ async function loopback(
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") {
       throw new UserError(
         `port ${port} is in use, so the login callback cannot be received — free it, or pass --port N (the authorization server must accept http://${redirect.hostname}:N${redirect.pathname} as a redirect URI)`,
+      );
+    }
+    if ((err as NodeJS.ErrnoException).code === "EACCES") {
+      throw new UserError(
+        `port ${port} needs privileges to listen on, so the login callback cannot be received — name a port above 1023 in oauth.redirect_uri, or pass --port N (the authorization server must accept http://${redirect.hostname}:N${redirect.pathname} as a redirect URI)`,
       );
     }
     throw err;

@@ -31,6 +31,10 @@ export interface FakeOAuth {
   oversized: boolean;
   slowDowns: number;
   deny: boolean;
+  /** Device codes expire: the token endpoint answers expired_token. */
+  expire: boolean;
+  /** When each device-code poll arrived (ms). */
+  readonly devicePolls: number[];
   /** Requests that reached the token endpoint (counted on arrival, before any stall). */
   tokenRequests: number;
   /**
@@ -76,6 +80,8 @@ export function installFakeOAuth(
     oversized: false,
     slowDowns: 0,
     deny: false,
+    expire: false,
+    devicePolls: [],
     tokenRequests: 0,
     stall: undefined,
     clientTokens: [],
@@ -183,8 +189,9 @@ export function installFakeOAuth(
     if (p.get("client_id") !== clientId) return json(res, 401, { error: "invalid_client" });
     switch (p.get("grant_type")) {
       case "urn:ietf:params:oauth:grant-type:device_code": {
+        fake.devicePolls.push(Date.now());
         const d = devices.get(p.get("device_code") ?? "");
-        if (d === undefined) return json(res, 400, { error: "expired_token" });
+        if (d === undefined || fake.expire) return json(res, 400, { error: "expired_token" });
         if (fake.slowDowns > 0) {
           fake.slowDowns--;
           return json(res, 400, { error: "slow_down" });

@@ -234,4 +234,93 @@ describe("auth add / remove", () => {
     },
     TEST_TIMEOUT,
   );
+
+  it(
+    "device grant: slow_down adds 5 s to the interval; expired_token stops with a clear message",
+    async () => {
+      const { f, fake } = await setup();
+      fake.slowDowns = 1;
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--label", "slow"]);
+      const [, code] = await add.waitFor(/enter the code: (\S+)/);
+      fake.approve(code!);
+      expect(await add.exit(), add.err()).toBe(0);
+      // Polls: the first answered slow_down, the next came the interval (1 s) plus 5 s later.
+      expect(fake.devicePolls.length).toBe(2);
+      expect(fake.devicePolls[1]! - fake.devicePolls[0]!).toBeGreaterThanOrEqual(5_900);
+
+      fake.expire = true;
+      const expired = startCli(f, ["auth", "add", "codex-oauth", "--label", "late"]);
+      expect(await expired.exit()).toBe(1);
+      expect(expired.err()).toContain(
+        "the code expired before the login to codex-oauth was approved; nothing was stored — run keybroker auth add codex-oauth again",
+      );
+      expect((await new FileTokenStore(f.home).list()).map((l) => l.id)).toEqual(["slow"]);
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "an https redirect_uri: the user pastes the address the browser was sent to",
+    async () => {
+      const { f } = await setup("      redirect_uri: https://app.example.com/kb/callback\n");
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--flow", "pkce", "--label", "pasted"]);
+      const [, url] = await add.waitFor(/open: (\S+)/);
+      await add.waitFor(/paste here the address/);
+      const sentTo = await follow(f, url!);
+      expect(sentTo.startsWith("https://app.example.com/kb/callback?code=")).toBe(true);
+      add.child.stdin!.write("not an address\n");
+      await add.waitFor(/That is not an address/);
+      add.child.stdin!.end(`${sentTo}\n`);
+      expect(await add.exit(), add.err()).toBe(0);
+      expect(add.out()).toContain('logged in as credential "pasted"');
+      expect((await new FileTokenStore(f.home).get("codex-oauth", "pasted"))?.refreshToken).toBeDefined();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "a redirect_uri without a port means port 80, and that is the port listened on",
+    async () => {
+      const { f } = await setup("      redirect_uri: http://127.0.0.1/callback\n");
+      // Port 80 taken here (as root), or not ours to take: either way the login names it and
+      // stops, instead of listening on some other port the server would never send back to.
+      const busy = createServer().listen(80, "127.0.0.1");
+      const bound = await new Promise<boolean>((r) => {
+        busy.once("listening", () => r(true));
+        busy.once("error", () => r(false));
+      });
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--flow", "pkce", "--no-browser"]);
+      expect(await add.exit()).toBe(1);
+      expect(add.err()).toMatch(bound ? /port 80 is in use/ : /port 80 needs privileges/);
+      expect(add.err()).toContain("--port N");
+      if (bound) busy.close();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
+    "with no broker running, auth add and auth remove still write their audit lines",
+    async () => {
+      const { f, fake, agent } = await setup();
+      await agent.close();
+      await f.broker.stop();
+      const add = startCli(f, ["auth", "add", "codex-oauth", "--label", "offline"]);
+      const [, code] = await add.waitFor(/enter the code: (\S+)/);
+      fake.approve(code!);
+      expect(await add.exit(), add.err()).toBe(0);
+      expect((await f.cli(["auth", "remove", "codex-oauth", "--credential", "offline"])).status).toBe(0);
+      for (const chain of ["audit", "security"]) {
+        const lines = readFileSync(join(f.home, "audit", `${chain}.jsonl`), "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l) as { decision: string; credential?: string; fingerprint?: string });
+        const mine = lines.filter((l) => l.credential === "offline");
+        expect(mine.map((l) => l.decision)).toEqual(["login", "removed"]);
+        expect(mine[0]!.fingerprint).toMatch(/^sha256:/);
+      }
+      const verify = await f.cli(["audit", "verify"]);
+      expect(verify.status, verify.stdout + verify.stderr).toBe(0);
+    },
+    TEST_TIMEOUT,
+  );
 });

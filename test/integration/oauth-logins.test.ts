@@ -183,6 +183,17 @@ describe("OAuth logins in the pool", () => {
         status.providers.find((p) => p.id === "codex-oauth")!.credentials.map((c) => [c.id, c.state]),
       );
       expect(states).toEqual({ "a-work": "usage_limit_reached", "b-spare": "ok" });
+
+      // auth reset --credential names a login: only its mark goes, and it serves again.
+      const unknown = await f.cli(["auth", "reset", "codex-oauth", "--credential", "nope"]);
+      expect(unknown.status).toBe(1);
+      expect(unknown.stderr).toContain('has no login "nope"; its logins: a-work, b-spare');
+      const reset = await f.cli(["auth", "reset", "codex-oauth", "--credential", "a-work"]);
+      expect(reset.status, reset.stderr).toBe(0);
+      expect(reset.stdout).toContain("cleared a-work");
+      seen.length = 0;
+      expect((await call(f, agent)).status).toBe(200);
+      expect(seen[0]).toBe(TOKEN_WORK);
       await agent.close();
     },
     TEST_TIMEOUT,
