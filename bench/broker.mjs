@@ -34,7 +34,11 @@ export function ruleFile({ upstreamPort, upstreamCa, wildHosts, variant }) {
     [
       `    hosts: [${hosts.map(q).join(", ")}]`,
       "    inject: { header: authorization }",
-      '    credentials: ["env:BENCH_REAL_KEY"]',
+      // The oauth variant: the same key, as the access token of a stored login (never refreshed
+      // during the run: it expires in a year, and the token endpoint is never asked).
+      variant.oauth
+        ? `    oauth: { device_authorization_endpoint: "https://auth.${BENCH_DOMAIN}/device", token_endpoint: "https://auth.${BENCH_DOMAIN}/token", client_id: bench }`
+        : '    credentials: ["env:BENCH_REAL_KEY"]',
       `    placeholder: { value: ${q(placeholder)} }`,
       "    allow_private_upstream: true",
       indent(variant.provider ?? "", 4),
@@ -89,7 +93,30 @@ export async function startUpstream(dir) {
  * made once). `nodeOptions` are flags for the broker's node (V8 flags such as
  * `--max-semi-space-size=3`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
  */
+/** Stores a login with `REAL_KEY` as its access token for each provider, as `auth add` would. */
+function storeBenchLogins(home) {
+  const tokens = path.join(home, "tokens");
+  fs.mkdirSync(tokens, { recursive: true, mode: 0o700 });
+  const now = Date.now();
+  for (const provider of ["bench", "wild"]) {
+    const login = {
+      version: 1,
+      provider,
+      id: "default",
+      accessToken: REAL_KEY,
+      refreshToken: "bench-refresh-token-never-sent",
+      expiresAt: now + 365 * 86_400_000,
+      issuedAt: now,
+      createdAt: now,
+      generation: 1,
+      state: "ok",
+    };
+    fs.writeFileSync(path.join(tokens, `${provider}~default.json`), JSON.stringify(login), { mode: 0o600 });
+  }
+}
+
 export async function startBroker({ dir, home, name, upstream, wildHosts, variant, nodeOptions }) {
+  if (variant?.oauth) storeBenchLogins(home);
   const config = path.join(dir, `keybroker-${name}.yaml`);
   fs.writeFileSync(
     config,

@@ -4,7 +4,8 @@
 //   top       lines added at the top level of the rule file (column 0)
 //   provider  lines added inside every benchmark provider entry (indent is added for you)
 // Snippets are plain YAML text; flow style (`audit: { enabled: false }`) keeps them to one line.
-// Optional: `nodeOptions` (the broker's node flags, in place of --node-options), `env` (extra
+// Optional: `oauth` (the providers authenticate with a stored OAuth login whose access token is
+// the bench key, in place of the key itself), `nodeOptions` (the broker's node flags, in place of --node-options), `env` (extra
 // environment variables for the broker) and `optIn` (run only when named in --variants, so
 // that `npm run bench` stays within a few minutes).
 //
@@ -25,6 +26,16 @@ export const VARIANTS = [
     top: "audit: { enabled: false }\nscrub: { responses: false }",
     provider: "",
     note: "neither",
+  },
+
+  // OAuth custody on the request path: the key injected as a stored login's access token
+  // (no store read, lock or refresh per request while the token is fresh, SPEC §8).
+  {
+    name: "oauth",
+    oauth: true,
+    top: "",
+    provider: "",
+    note: "OAuth login's access token injected instead of an API key",
   },
 
   // The memory settings (core/v8-tuning.ts and the flags `npm start` passes), against `default`.
