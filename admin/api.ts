@@ -124,7 +124,10 @@ export async function handleAdmin(
           hint: "see keybroker status",
         });
       }
-      const refs = broker.runtime.providers.get(provider)!.rule.credentials;
+      // An OAuth provider's credentials are its logins (the token store, as the broker holds it).
+      const rule = broker.runtime.providers.get(provider)!.rule;
+      const refs =
+        rule.oauth === undefined ? rule.credentials : broker.logins.members(provider).map((e) => e.login.id);
       if (credential !== undefined && (typeof credential !== "string" || !refs.includes(credential))) {
         throw new BrokerError(
           "bad_request",

@@ -82,9 +82,11 @@ export function providerStatuses(
       hosts: p.rule.hosts.map((h) => h.source),
       mount: p.rule.mount,
       note:
-        p.rule.oauth !== undefined
-          ? `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`
-          : undefined,
+        p.rule.oauth === undefined
+          ? undefined
+          : p.rule.oauth.grant === "client_credentials"
+            ? "authenticates with OAuth client credentials: the broker fetches its token, no login"
+            : `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`,
       credentials:
         p.rule.oauth !== undefined
           ? logins(p.rule.id).map((l) => loginStatus(l, states[l.id]))

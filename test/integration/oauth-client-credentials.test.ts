@@ -47,7 +47,7 @@ const until = async (what: () => boolean) => {
 };
 
 describe("grant: client_credentials", () => {
-  it("fetches a token without any login, fetches again ahead of expiry, and a wrong secret is a clear 503", async () => {
+  it("fetches a token without any login, again ahead of expiry and after a 401; a wrong secret is a clear 503", async () => {
     f = await startFixture({
       env: { PARTNER_CLIENT_SECRET: CLIENT_SECRET },
       rules: (u) => {
@@ -107,6 +107,22 @@ describe("grant: client_credentials", () => {
     expect(latest.headers.authorization).not.toBe(`Bearer ${first}`);
     expect(fake.clientTokens).toContain(String(latest.headers.authorization).slice("Bearer ".length));
 
+    // The upstream refuses the token (revoked at the server): fetched again once, and the
+    // request is sent again with the new one; the client sees only the 200.
+    fake.revokeAll();
+    const before = fake.clientTokens.length;
+    const sentBefore = f.upstream.received.length;
+    const retried = await call();
+    expect(retried.status).toBe(200);
+    expect(fake.clientTokens.length).toBeGreaterThan(before);
+    const attempts = f.upstream.received.slice(sentBefore).filter((r) => r.url === "/v1/chat/completions");
+    expect(attempts.map((r) => r.headers.authorization)).toEqual([
+      expect.any(String),
+      `Bearer ${fake.clientTokens.at(-1)}`,
+    ]);
+
+    const status = await f.cli(["status"]);
+    expect(status.stdout).toContain("OAuth client credentials");
     await agent.close();
     const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8");
     expect(audit).toContain('"decision":"refreshed","provider":"partner-api"');
