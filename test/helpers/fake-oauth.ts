@@ -246,18 +246,18 @@ export function installFakeOAuth(
   return fake;
 }
 
+/** The start of a rule file: `hosts` (port 443) resolved to the upstream `u`, its CA trusted, no catalogue. */
+export function upstreamRules(u: FakeUpstream, hosts: readonly string[]): string {
+  const resolve = hosts.map((h) => `  "${h}:443": "127.0.0.1:${u.port}"\n`).join("");
+  return `version: 1\nupstream_ca: [${JSON.stringify(u.caPath)}]\nresolve:\n${resolve}catalogue: false\n`;
+}
+
 /**
  * The rule file of the OAuth tests: provider `codex-oauth` on api.openai.com, its endpoints
  * discovered from the fake at `issuer`, both hosts resolved to the upstream `u`.
  */
 export function oauthRules(u: FakeUpstream, oauthExtra = ""): string {
-  return `version: 1
-upstream_ca: [${JSON.stringify(u.caPath)}]
-resolve:
-  "api.openai.com:443": "127.0.0.1:${u.port}"
-  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
-catalogue: false
-providers:
+  return `${upstreamRules(u, ["api.openai.com", AUTH_HOST])}providers:
   codex-oauth:
     hosts: [api.openai.com]
     oauth:
@@ -268,8 +268,12 @@ ${oauthExtra}`;
 }
 
 /** A chat request through the broker with the agent's placeholder, as an OAuth provider's agent sends it. */
-export async function chatThroughBroker(agent: Dispatcher, placeholder: string) {
-  const res = await request("https://api.openai.com/v1/chat/completions", {
+export async function chatThroughBroker(
+  agent: Dispatcher,
+  placeholder: string,
+  url = "https://api.openai.com/v1/chat/completions",
+) {
+  const res = await request(url, {
     method: "POST",
     dispatcher: agent,
     headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },

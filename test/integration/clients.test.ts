@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CliResult, ROOT, runProcess } from "../helpers/broker.js";
+import { curlChatArgs } from "../helpers/curl.js";
 import { type Fixture, REAL_ANTHROPIC, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 import type { Route } from "../helpers/upstream.js";
 
@@ -86,24 +87,10 @@ describe("real clients through the broker", () => {
 
   it("curl", async () => {
     const { r, got } = await expectOneRequest(() =>
-      run(
-        CURL,
-        [
-          "-sS",
-          "-X",
-          "POST",
-          "https://api.openai.com/v1/chat/completions",
-          "-H",
-          `Authorization: Bearer ${agentEnv.OPENAI_API_KEY}`,
-          "-H",
-          "Content-Type: application/json",
-          "-d",
-          '{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}',
-          "-w",
-          "\n%{http_code}",
-        ],
-        { HTTPS_PROXY: agentEnv.HTTPS_PROXY!, CURL_CA_BUNDLE: agentEnv.CURL_CA_BUNDLE! },
-      ),
+      run(CURL, curlChatArgs(agentEnv.OPENAI_API_KEY!), {
+        HTTPS_PROXY: agentEnv.HTTPS_PROXY!,
+        CURL_CA_BUNDLE: agentEnv.CURL_CA_BUNDLE!,
+      }),
     );
     expect(r.status, r.stderr).toBe(0);
     const lines = r.stdout.trimEnd().split("\n");

@@ -4,9 +4,8 @@
 // it, and fetches the next one before the current one expires, with no request waiting on it.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { request } from "undici";
 import { afterAll, describe, expect, it } from "vitest";
-import { type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import { chatThroughBroker, type FakeOAuth, installFakeOAuth, upstreamRules } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
@@ -14,13 +13,7 @@ import type { FakeUpstream } from "../helpers/upstream.js";
 const CLIENT_SECRET = "cs-partner-5e1d9a7c3b0f4e2d8a6c1b9e7f5d3a10";
 
 function rules(u: FakeUpstream): string {
-  return `version: 1
-upstream_ca: [${JSON.stringify(u.caPath)}]
-resolve:
-  "api.partner.example:443": "127.0.0.1:${u.port}"
-  "idp.partner.example:443": "127.0.0.1:${u.port}"
-catalogue: false
-providers:
+  return `${upstreamRules(u, ["api.partner.example", "idp.partner.example"])}providers:
   partner-api:
     hosts: [api.partner.example]
     placeholder: { env: PARTNER_TOKEN }
@@ -65,15 +58,8 @@ describe("grant: client_credentials", () => {
     const placeholder = vars.PARTNER_TOKEN!;
     expect(placeholder).toBeDefined();
     const agent = f.proxyAgent();
-    const call = async () => {
-      const res = await request("https://api.partner.example/v1/chat/completions", {
-        method: "POST",
-        dispatcher: agent,
-        headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
-        body: "{}",
-      });
-      return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
-    };
+    const call = () =>
+      chatThroughBroker(agent, placeholder, "https://api.partner.example/v1/chat/completions");
 
     // The authorization server refuses the client: a fast 503 that says why, nothing injected.
     const refused = await call();

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { ROOT, runProcess } from "../helpers/broker.js";
 import { freePort, startCli } from "../helpers/cli-session.js";
+import { curlChatArgs } from "../helpers/curl.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import { CLIENT_ID, IDP_HOST, type OidcServer, startOidcServer } from "../helpers/oidc-server.js";
@@ -88,28 +89,14 @@ afterAll(async () => {
 /** curl through the broker with the placeholder, as an agent's shell would: [status, token the upstream got]. */
 async function curl(): Promise<{ status: string; token: string }> {
   const before = f.upstream.received.length;
-  const r = await runProcess(
-    "curl",
-    [
-      "-sS",
-      "-o",
-      "/dev/null",
-      "-w",
-      "%{http_code}",
-      "-X",
-      "POST",
-      "https://api.openai.com/v1/chat/completions",
-      "-H",
-      `Authorization: Bearer ${agentEnv.OPENAI_API_KEY}`,
-      "-H",
-      "Content-Type: application/json",
-      "-d",
-      "{}",
-    ],
-    { env: { HTTPS_PROXY: agentEnv.HTTPS_PROXY!, CURL_CA_BUNDLE: agentEnv.CURL_CA_BUNDLE! } },
-  );
+  const r = await runProcess("curl", curlChatArgs(agentEnv.OPENAI_API_KEY!, "{}"), {
+    env: { HTTPS_PROXY: agentEnv.HTTPS_PROXY!, CURL_CA_BUNDLE: agentEnv.CURL_CA_BUNDLE! },
+  });
   const got = f.upstream.received.slice(before).at(-1);
-  return { status: r.stdout.trim(), token: String(got?.headers.authorization ?? "").replace(/^Bearer /, "") };
+  return {
+    status: r.stdout.trim().split("\n").at(-1)!,
+    token: String(got?.headers.authorization ?? "").replace(/^Bearer /, ""),
+  };
 }
 
 async function openaiSdk(): Promise<{ status: number; content?: string }> {
