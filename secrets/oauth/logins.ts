@@ -88,8 +88,11 @@ export class OAuthLogins {
     return next;
   }
 
-  /** Uses `login` from now on, unless the one held is newer. */
-  adopt(login: StoredLogin): LoginEntry {
+  /**
+   * Uses `login` from now on, unless the one held is newer. `machine`: a token the broker got
+   * without a person (client_credentials), which is no `login` event for the audit log.
+   */
+  adopt(login: StoredLogin, machine = false): LoginEntry {
     let map = this.#byProvider.get(login.provider);
     if (map === undefined) {
       map = new Map();
@@ -117,7 +120,7 @@ export class OAuthLogins {
     if (held !== undefined && held.login.createdAt !== login.createdAt) {
       this.#opts.onReplaced?.(login.provider, login.id);
     }
-    if (this.#opened && held?.login.createdAt !== login.createdAt) {
+    if (this.#opened && !machine && held?.login.createdAt !== login.createdAt) {
       this.#opts.onEvent?.("login", login.provider, login.id, entry.secret.fingerprint);
     }
     return entry;

@@ -233,7 +233,7 @@ export class Refresher {
       state: "ok",
     };
     this.#opts.onEvent("refreshed", next);
-    return this.#opts.logins.adopt(next);
+    return this.#opts.logins.adopt(next, true);
   }
 
   async #giveUp(login: StoredLogin, reason: string): Promise<LoginEntry> {

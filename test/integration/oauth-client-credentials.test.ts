@@ -112,5 +112,7 @@ describe("grant: client_credentials", () => {
     await agent.close();
     const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8");
     expect(audit).toContain('"decision":"refreshed","provider":"partner-api"');
+    // No person logged in: no login line in either chain.
+    expect(audit).not.toContain('"decision":"login"');
   }, 60_000);
 });
