@@ -1,5 +1,5 @@
-// The broker's local admin API, for the CLI: status, what an agent gets (`env`/`run`) and pool
-// resets on the running broker.
+// The broker's local admin API, for the CLI: status, what an agent gets (`env`/`run`), pool
+// resets and one-time links to the admin page on the running broker.
 // Requests carry the home's admin token (0600), compared in constant time.
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -89,6 +89,7 @@ export async function handleAdmin(
   token: string,
   req: IncomingMessage,
   res: ServerResponse,
+  page?: { loginLink(): string },
 ): Promise<void> {
   try {
     const route = (req.url ?? "").slice(ADMIN_PREFIX.length).split("?")[0] ?? "";
@@ -113,6 +114,10 @@ export async function handleAdmin(
         );
       }
       send(res, 200, view);
+      return;
+    }
+    if (action === "login-link" && req.method === "POST" && page !== undefined) {
+      send(res, 200, { url: page.loginLink() });
       return;
     }
     if (action === "reset" && req.method === "POST") {

@@ -77,6 +77,11 @@ const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import("./commands/approvals.js")).deny,
   },
   {
+    name: "admin",
+    summary: "a one-time login link to the admin page (--open), or set its password",
+    load: async () => (await import("./commands/admin.js")).admin,
+  },
+  {
     name: "redact",
     summary: "mask secrets in a transcript or log: stdin → stdout",
     load: async () => (await import("./commands/redact.js")).redact,

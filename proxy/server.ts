@@ -7,6 +7,9 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Agent } from "undici";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
 import type { AdminHost } from "../admin/host.js";
+import { AdminPage, isAdminPagePath } from "../admin/page.js";
+import { answerTlsOnSamePort } from "../admin/tls.js";
+import { Usage } from "../admin/usage.js";
 import type { AuditDecision, AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
 import { knownSecrets } from "../audit/scrub.js";
@@ -122,6 +125,11 @@ export class Broker implements AdminHost {
   readonly #stages: readonly Stage[];
   readonly #opts: BrokerOptions;
   readonly #adminToken: string;
+  readonly #adminPage: AdminPage;
+  /** Off loopback: the admin page over TLS on the listener's port (admin/tls.ts). */
+  readonly #adminTls: Server | undefined;
+  /** Requests per client and provider over the last 24 h, for the admin page. */
+  readonly usage = new Usage();
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
   /** Requests held by `approve` rules until a person answers them (SPEC §16). */
@@ -186,7 +194,13 @@ export class Broker implements AdminHost {
       : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
     const options = serverOptions(rt.rules);
+    this.#adminPage = new AdminPage(this, this.#adminToken, this.usage);
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
+    if (!isLoopbackHost(rt.rules.listen.host)) {
+      this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
+      answerClientErrors(this.#adminTls);
+      answerTlsOnSamePort(this.#outer, this.#adminTls, this.#minter, rt.rules.timeouts.handshakeMs);
+    }
     this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
     applyConnectionRules(this.#outer, this.#inner, rt.rules);
     trackConnections(this.#inner);
@@ -399,6 +413,8 @@ export class Broker implements AdminHost {
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
     this.#inner.close();
+    this.#adminTls?.close();
+    this.#adminPage.close();
     this.#outer.closeAllConnections();
     for (const socket of this.#sockets) socket.destroy();
     await closed;
@@ -637,9 +653,14 @@ export class Broker implements AdminHost {
   #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
     const url = req.url ?? "/";
     try {
+      // The admin page checks its callers itself: sessions, CSRF tokens, the Host it is named by.
+      if (isAdminPagePath(url)) {
+        void this.#adminPage.handle(req, res);
+        return;
+      }
       if (url.startsWith("/")) this.#assertLocalCaller(req);
       if (url.startsWith(ADMIN_PREFIX)) {
-        void handleAdmin(this, this.#adminToken, req, res);
+        void handleAdmin(this, this.#adminToken, req, res, this.#adminPage);
         return;
       }
       if (url === HEALTH_PATH) {
@@ -652,6 +673,26 @@ export class Broker implements AdminHost {
     } catch (err) {
       sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
     }
+  }
+
+  /** A request that came over TLS straight to the listener: only the admin page is served there. */
+  #onAdminTlsRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? "/";
+    if (isAdminPagePath(url)) {
+      void this.#adminPage.handle(req, res);
+      return;
+    }
+    if (url === "/") {
+      res.writeHead(303, { location: "/admin/" });
+      res.end();
+      return;
+    }
+    sendError(
+      res,
+      new BrokerError("bad_request", "over TLS this port serves only the admin page at /admin/", {
+        hint: "use it as a proxy over plain HTTP (HTTPS_PROXY=http://...)",
+      }),
+    );
   }
 
   #onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, intercepted: boolean): void {
@@ -766,6 +807,13 @@ export class Broker implements AdminHost {
   /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
   #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
     if (this.#accessLogEnv || x.rt.rules.accessLog) logAccess(this.log, x, decision, status, code, result);
+    this.usage.count(
+      x.client.rule.name,
+      x.provider?.rule.id,
+      status,
+      decision === "blocked",
+      (result?.bytesIn ?? 0) + (result?.bytesOut ?? 0),
+    );
     if (this.#audit === undefined) return;
     const query = x.provider?.rule.inject.query;
     // Built in one literal (absent fields stay undefined and are left out of the line): one

@@ -7,7 +7,7 @@ import { UserError } from "../../core/errors.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
 import { deviceLogin } from "../../secrets/oauth/device-login.js";
-import { checkLabel, DEFAULT_LABEL, describeLogin, type StoredLogin } from "../../secrets/oauth/login.js";
+import { checkLabel, DEFAULT_LABEL, describeLogin, newLogin } from "../../secrets/oauth/login.js";
 import { createOAuthAgent } from "../../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
@@ -43,7 +43,7 @@ function oauthClient(
 }
 
 /** Opens a URL with the platform's opener, where there is one; the URL is printed anyway. */
-function openBrowser(url: string): void {
+export function openBrowser(url: string): void {
   const opener =
     process.platform === "darwin"
       ? ["open"]
@@ -121,19 +121,7 @@ export async function addLogin(
             print: ctx.out,
             ...(opts.noBrowser ? {} : { openBrowser }),
           });
-    const now = Date.now();
-    const login: StoredLogin = {
-      provider: rule.id,
-      id: label,
-      accessToken: tokens.accessToken,
-      ...(tokens.refreshToken === undefined ? {} : { refreshToken: tokens.refreshToken }),
-      ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
-      issuedAt: now,
-      ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
-      createdAt: now,
-      generation: 1,
-      state: "ok",
-    };
+    const login = newLogin(rule.id, label, tokens);
     await new FileTokenStore(ctx.home).put(login);
     // A running broker sees the new login and clears the old one's marks itself.
     if ((await findRunningBroker(ctx.home)) === undefined) {

@@ -3,10 +3,17 @@
 // authorization_pending, stop with a clear message on access_denied or expired_token.
 import { setTimeout as sleep } from "node:timers/promises";
 import { UserError } from "../../core/errors.js";
-import { type OAuthClient, OAuthServerError, type Tokens } from "./oauth-client.js";
+import { type DeviceStart, type OAuthClient, OAuthServerError, type Tokens } from "./oauth-client.js";
 
-export async function deviceLogin(client: OAuthClient, print: (line: string) => void): Promise<Tokens> {
-  const start = await client.startDevice();
+export async function deviceLogin(
+  client: OAuthClient,
+  print: (line: string) => void,
+  /** Told where to go and the code (the admin page shows them); `signal` stops the waiting. */
+  onStart?: (start: DeviceStart) => void,
+  signal?: AbortSignal,
+): Promise<Tokens> {
+  const start = await client.startDevice(signal);
+  onStart?.(start);
   print(`To log in to ${client.provider}, open: ${start.verificationUriComplete ?? start.verificationUri}`);
   if (start.verificationUriComplete !== undefined) print(`(or open ${start.verificationUri})`);
   print(`and enter the code: ${start.userCode}`);
@@ -14,9 +21,9 @@ export async function deviceLogin(client: OAuthClient, print: (line: string) => 
   let interval = start.interval;
   const deadline = Date.now() + start.expiresIn * 1000;
   for (;;) {
-    await sleep(interval * 1000);
+    await sleep(interval * 1000, undefined, { signal });
     try {
-      return await client.pollDevice(start.deviceCode);
+      return await client.pollDevice(start.deviceCode, signal);
     } catch (err) {
       if (!(err instanceof OAuthServerError)) throw err;
       switch (err.error) {

@@ -44,6 +44,32 @@ export function checkLabel(label: string): string {
   return label;
 }
 
+/** A fresh login from the tokens a login flow obtained (`auth add`, the admin page). */
+export function newLogin(
+  provider: string,
+  id: string,
+  tokens: {
+    readonly accessToken: string;
+    readonly refreshToken?: string | undefined;
+    readonly expiresIn?: number | undefined;
+    readonly scope?: string | undefined;
+  },
+  now = Date.now(),
+): StoredLogin {
+  return {
+    provider,
+    id,
+    accessToken: tokens.accessToken,
+    ...(tokens.refreshToken === undefined ? {} : { refreshToken: tokens.refreshToken }),
+    ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
+    issuedAt: now,
+    ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
+    createdAt: now,
+    generation: 1,
+    state: "ok",
+  };
+}
+
 /** What may be shown of a login: its id, state, expiry and last refresh, never a token. */
 export interface LoginSummary {
   readonly id: string;

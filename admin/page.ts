@@ -1,0 +1,558 @@
+// The admin page at /admin/ on the broker's listener (SPEC §16): login (one-time link, password,
+// admin token), sessions, and the views and actions of admin/views.ts. Plain server-rendered
+// HTML; a small script (admin/static/admin.js) refreshes each view's live part. Every answer
+// carries a strict Content-Security-Policy; every change needs the session's CSRF token.
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { isIP } from "node:net";
+import { join } from "node:path";
+import { packageRoot } from "../core/package-root.js";
+import { isLoopbackHost } from "../rules/address.js";
+import { parseDuration } from "../rules/units.js";
+import { statusReport } from "./api.js";
+import { ChainChecker, recentAudit } from "./audit-view.js";
+import { DeviceLogins } from "./device-logins.js";
+import type { AdminHost } from "./host.js";
+import type { Html } from "./html.js";
+import { readPasswordHash, verifyPassword } from "./password.js";
+import {
+  type AdminRole,
+  COOKIE,
+  IDLE_MS,
+  LoginLimiter,
+  type Session,
+  Sessions,
+  sameToken,
+} from "./sessions.js";
+import type { Usage } from "./usage.js";
+import {
+  actionsFrame,
+  actionsPart,
+  approvalsPart,
+  auditFrame,
+  auditPart,
+  type FormContext,
+  loginPage,
+  messagePage,
+  overviewPart,
+  pageShell,
+  usagePart,
+  VIEWS,
+  type ViewName,
+} from "./views.js";
+
+export const PAGE_PREFIX = "/admin";
+
+export function isAdminPagePath(url: string): boolean {
+  return url === PAGE_PREFIX || url.startsWith(`${PAGE_PREFIX}/`) || url.startsWith(`${PAGE_PREFIX}?`);
+}
+
+const CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self'",
+  "connect-src 'self'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
+].join("; ");
+
+const SECURITY_HEADERS = {
+  "content-security-policy": CSP,
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "same-origin",
+  "cross-origin-opener-policy": "same-origin",
+  "cross-origin-resource-policy": "same-origin",
+  "cache-control": "no-store",
+};
+
+const STATIC: Record<string, string> = {
+  "admin.css": "text/css; charset=utf-8",
+  "admin.js": "text/javascript; charset=utf-8",
+  "icon.svg": "image/svg+xml",
+};
+
+const MAX_FORM_BYTES = 16 * 1024;
+
+class Refused extends Error {
+  constructor(
+    readonly status: number,
+    readonly title: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function cookies(req: IncomingMessage): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const part of (req.headers.cookie ?? "").split(";")) {
+    const eq = part.indexOf("=");
+    if (eq > 0) out.set(part.slice(0, eq).trim(), part.slice(eq + 1).trim());
+  }
+  return out;
+}
+
+async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
+  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_FORM_BYTES) throw new Refused(413, "Form too large", "The form sent more than 16 KiB.");
+    chunks.push(chunk);
+  }
+  if (type !== "application/x-www-form-urlencoded") {
+    throw new Refused(415, "Not a form", "Changes are sent by the page's forms.");
+  }
+  return new URLSearchParams(Buffer.concat(chunks).toString("utf8"));
+}
+
+function clientAddress(req: IncomingMessage): string {
+  return (req.socket.remoteAddress ?? "unknown").replace(/^::ffff:/, "");
+}
+
+export class AdminPage {
+  readonly sessions: Sessions;
+  readonly #host: AdminHost;
+  readonly #adminToken: string;
+  readonly #usage: Usage;
+  readonly #limiter = new LoginLimiter();
+  readonly #devices = new DeviceLogins();
+  readonly #chains: ChainChecker;
+  readonly #static = new Map<string, Buffer>();
+
+  constructor(host: AdminHost, adminToken: string, usage: Usage, sessions = new Sessions()) {
+    this.#host = host;
+    this.#adminToken = adminToken;
+    this.#usage = usage;
+    this.sessions = sessions;
+    this.#chains = new ChainChecker(host.home);
+  }
+
+  close(): void {
+    this.#devices.close();
+  }
+
+  /** A one-time login link for `keybroker admin`, on the loopback address of the listener. */
+  loginLink(): string {
+    const { host, port } = this.#host.address;
+    const shown = isLoopbackHost(host) ? (host.includes(":") ? `[${host}]` : host) : "127.0.0.1";
+    return `http://${shown}:${port}/admin/login?code=${this.sessions.newLink()}`;
+  }
+
+  #cookieName(): string {
+    return `${COOKIE}_${this.#host.address.port}`;
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const secure = (req.socket as { encrypted?: boolean }).encrypted === true;
+    try {
+      this.#checkHost(req);
+      const url = new URL(req.url ?? "/", "http://admin");
+      const path = url.pathname;
+      const method = req.method ?? "GET";
+      // Off loopback, a password only travels over TLS: plain HTTP from elsewhere is sent there.
+      if (!secure && !isLoopbackHost(clientAddress(req)) && !isLoopbackHost(this.#host.address.host)) {
+        res.writeHead(308, { ...SECURITY_HEADERS, location: `https://${req.headers.host}${req.url}` });
+        res.end();
+        return;
+      }
+      if (path === PAGE_PREFIX) return this.#redirect(res, "/admin/");
+      if (path.startsWith("/admin/static/") && method === "GET")
+        return this.#serveStatic(res, path.slice(14));
+      if (path === "/admin/login") {
+        if (method === "POST") return await this.#login(req, res, secure);
+        return this.#loginForm(req, res, url.searchParams.get("code") ?? undefined, secure);
+      }
+      // The live parts' polling is not use: an open tab alone does not keep a session alive.
+      const poll = path.startsWith("/admin/part/");
+      const session = await this.sessions.use(cookies(req).get(this.#cookieName()), !poll);
+      if (session === undefined) {
+        if (path.startsWith("/admin/part/")) {
+          res.writeHead(401, { ...SECURITY_HEADERS, "content-type": "text/plain; charset=utf-8" });
+          res.end("log in again");
+          return;
+        }
+        if (method === "GET") return this.#redirect(res, "/admin/login");
+        throw new Refused(403, "Logged out", "Your session ended; log in again.");
+      }
+      if (!poll) this.#touchCookie(req, res, secure);
+      if (method === "POST") return await this.#change(req, res, session, path, secure);
+      if (method !== "GET" && method !== "HEAD")
+        throw new Refused(405, "Not allowed", `${method} is not used here.`);
+      const view = (Object.keys(VIEWS) as ViewName[]).find((v) => VIEWS[v].path === path);
+      if (view !== undefined) return await this.#view(res, session, view, url.searchParams);
+      if (path.startsWith("/admin/part/")) {
+        const part = path.slice("/admin/part/".length) as ViewName;
+        if (part in VIEWS) return this.#send(res, 200, await this.#part(part, session, url.searchParams));
+      }
+      throw new Refused(404, "Not found", "There is no such page.");
+    } catch (err) {
+      if (err instanceof Refused) {
+        this.#send(res, err.status, messagePage(err.title, err.message));
+        return;
+      }
+      this.#host.audit({ decision: "blocked", reason: `admin page error: ${(err as Error).message}` });
+      this.#send(res, 500, messagePage("Something went wrong", (err as Error).message));
+    }
+  }
+
+  /**
+   * A name that could be rebound onto this machine (DNS rebinding) is refused; addresses,
+   * localhost and the listener's own host are served.
+   */
+  #checkHost(req: IncomingMessage): void {
+    const raw = req.headers.host ?? "";
+    const name = raw
+      .replace(/:\d+$/, "")
+      .replace(/^\[(.*)\]$/, "$1")
+      .toLowerCase();
+    if (isIP(name) !== 0 || name === "localhost" || name === this.#host.address.host) return;
+    throw new Refused(
+      400,
+      "Use the address",
+      `The admin page answers on an IP address or localhost, not "${raw.slice(0, 100)}": open it by the machine's address.`,
+    );
+  }
+
+  #redirect(res: ServerResponse, location: string): void {
+    res.writeHead(303, { ...SECURITY_HEADERS, location });
+    res.end();
+  }
+
+  #send(res: ServerResponse, status: number, page: Html): void {
+    const body = Buffer.from(page.text);
+    res.writeHead(status, {
+      ...SECURITY_HEADERS,
+      "content-type": "text/html; charset=utf-8",
+      "content-length": body.length,
+    });
+    res.end(body);
+  }
+
+  #serveStatic(res: ServerResponse, name: string): void {
+    const type = STATIC[name];
+    if (type === undefined) throw new Refused(404, "Not found", "There is no such file.");
+    let body = this.#static.get(name);
+    if (body === undefined) {
+      body = readFileSync(join(packageRoot(), "admin", "static", name));
+      this.#static.set(name, body);
+    }
+    res.writeHead(200, {
+      ...SECURITY_HEADERS,
+      "content-type": type,
+      "content-length": body.length,
+      "cache-control": "no-cache",
+    });
+    res.end(body);
+  }
+
+  #setCookie(res: ServerResponse, value: string, maxAgeSeconds: number, secure: boolean): void {
+    res.setHeader(
+      "set-cookie",
+      `${this.#cookieName()}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure ? "; Secure" : ""}`,
+    );
+  }
+
+  /** The idle timeout slides on use: the same cookie value, its lifetime renewed (no rotation). */
+  #touchCookie(req: IncomingMessage, res: ServerResponse, secure: boolean): void {
+    const value = cookies(req).get(this.#cookieName());
+    if (value !== undefined) this.#setCookie(res, value, IDLE_MS / 1000, secure);
+  }
+
+  async #loginForm(
+    req: IncomingMessage,
+    res: ServerResponse,
+    code: string | undefined,
+    tls: boolean,
+  ): Promise<void> {
+    const hasPassword = (await readPasswordHash(this.#host.home)) !== undefined;
+    const message =
+      code !== undefined && !isLoopbackHost(clientAddress(req))
+        ? "One-time links work only on this machine (loopback); log in with the password."
+        : undefined;
+    this.#send(
+      res,
+      200,
+      loginPage({ message, code: message === undefined ? code : undefined, tls, hasPassword }),
+    );
+  }
+
+  /** Which role a password or token logs in as, or undefined. */
+  async #check(secret: string): Promise<{ role: AdminRole; via: string; client?: string } | undefined> {
+    const hash = await readPasswordHash(this.#host.home);
+    if (hash !== undefined && (await verifyPassword(secret, hash))) return { role: "owner", via: "password" };
+    if (sameToken(secret, this.#adminToken)) return { role: "owner", via: "admin token" };
+    // A client's token logs in with the client's role, when that role may use the page.
+    for (const [name, client] of this.#host.runtime.clients) {
+      const role: string = client.rule.role;
+      if (client.token === undefined || (role !== "owner" && role !== "admin")) continue;
+      if (sameToken(secret, client.token.reveal()))
+        return { role: role as AdminRole, via: `client ${name}`, client: name };
+    }
+    return undefined;
+  }
+
+  async #login(req: IncomingMessage, res: ServerResponse, secure: boolean): Promise<void> {
+    const address = clientAddress(req);
+    const hasPassword = (await readPasswordHash(this.#host.home)) !== undefined;
+    const form = (message: string, status: number) =>
+      this.#send(res, status, loginPage({ message, tls: secure, hasPassword }));
+    let fields: URLSearchParams;
+    try {
+      this.#checkOrigin(req);
+      fields = await readForm(req);
+    } catch (err) {
+      return form(err instanceof Refused ? err.message : "The login form could not be read.", 400);
+    }
+    const wait = this.#limiter.waitSeconds(address);
+    if (wait > 0) {
+      return form(`Too many failed logins from ${address}: try again in ${Math.ceil(wait / 60)} min.`, 429);
+    }
+    const code = fields.get("code");
+    let who: { role: AdminRole; via: string; client?: string } | undefined;
+    let failure = "wrong password or token";
+    if (code !== null) {
+      if (!isLoopbackHost(address)) failure = "one-time link used off loopback";
+      else if (this.sessions.spendLink(code)) who = { role: "owner", via: "one-time link" };
+      else failure = "one-time link unknown, used or expired";
+    } else {
+      const secret = fields.get("secret") ?? "";
+      if (secret !== "") who = await this.#check(secret);
+      else failure = "empty password";
+    }
+    if (who === undefined) {
+      this.#limiter.fail(address);
+      this.#host.audit({ decision: "admin_login_failed", reason: `from ${address}: ${failure}` });
+      const again = failure.startsWith("one-time")
+        ? `That ${failure.replace("one-time link", "one-time link is")}: run keybroker admin for a new one, or use the password.`
+        : "That password or token is not right.";
+      return form(again, 401);
+    }
+    this.#limiter.succeed(address);
+    const { cookie } = await this.sessions.create(who.role, who.via);
+    this.#host.audit({
+      decision: "admin_login",
+      ...(who.client === undefined ? {} : { client: who.client }),
+      reason: `from ${address} by ${who.via} as ${who.role}`,
+    });
+    this.#setCookie(res, cookie, IDLE_MS / 1000, secure);
+    this.#redirect(res, "/admin/");
+  }
+
+  /** A change must come from this page: no other origin, no other site. */
+  #checkOrigin(req: IncomingMessage): void {
+    const site = req.headers["sec-fetch-site"];
+    if (site === "cross-site" || site === "same-site") {
+      throw new Refused(403, "Refused", "Changes are accepted only from the admin page itself.");
+    }
+    const origin = req.headers.origin;
+    if (origin !== undefined && origin !== "null") {
+      let host: string;
+      try {
+        host = new URL(origin).host;
+      } catch {
+        host = "";
+      }
+      if (host !== req.headers.host) {
+        throw new Refused(403, "Refused", "Changes are accepted only from the admin page itself.");
+      }
+    } else if (origin === "null") {
+      throw new Refused(403, "Refused", "Changes are accepted only from the admin page itself.");
+    }
+  }
+
+  async #change(
+    req: IncomingMessage,
+    res: ServerResponse,
+    session: Session,
+    path: string,
+    secure: boolean,
+  ): Promise<void> {
+    this.#checkOrigin(req);
+    const fields = await readForm(req);
+    const csrf = fields.get("csrf") ?? "";
+    if (csrf === "" || !sameToken(csrf, session.csrf)) {
+      throw new Refused(
+        403,
+        "Refused: no valid form token",
+        "This change did not carry the page's form token (CSRF), so nothing was done. Reload the page and try again.",
+      );
+    }
+    if (path === "/admin/logout") {
+      await this.sessions.end(cookies(req).get(this.#cookieName()));
+      this.#host.audit({ decision: "admin_logout", reason: `from ${clientAddress(req)} (${session.via})` });
+      this.#setCookie(res, "", 0, secure);
+      return this.#redirect(res, "/admin/login");
+    }
+    const back = (view: ViewName) => VIEWS[view].path;
+    const done = async (kind: "ok" | "error", text: string, view: ViewName) => {
+      session.flash = { kind, text };
+      await this.sessions.save(session);
+      this.#redirect(res, back(view));
+    };
+    const host = this.#host;
+    const ownerOnly = () => {
+      if (session.role !== "owner") throw new Refused(403, "Owners only", "Only an owner may do this.");
+    };
+    switch (path) {
+      case "/admin/do/reset": {
+        const target = fields.get("target");
+        const [provider, credential] =
+          target !== null
+            ? splitTarget(target)
+            : [fields.get("provider") ?? "", fields.get("credential") ?? ""];
+        const view = fields.get("back") === "actions" ? "actions" : "overview";
+        if (!host.runtime.providers.has(provider)) return done("error", `No provider "${provider}".`, view);
+        const cleared = host.pools.reset(provider, credential || undefined);
+        host.pools.flush();
+        host.onReset(provider, cleared);
+        return done(
+          "ok",
+          cleared.length === 0
+            ? `${provider}: no marks to clear.`
+            : `${provider}: cleared ${cleared.join(", ")}.`,
+          view,
+        );
+      }
+      case "/admin/do/device-login": {
+        ownerOnly();
+        const provider = fields.get("provider") ?? "";
+        if (host.oauthClient(provider) === undefined)
+          return done("error", `${provider} does not use OAuth.`, "actions");
+        try {
+          const state = await this.#devices.start(host, provider, fields.get("label") || "default");
+          return state.status === "failed"
+            ? done("error", `The login to ${provider} could not start: ${state.message}`, "actions")
+            : done(
+                "ok",
+                `Login to ${provider} started: open the address below and enter the code.`,
+                "actions",
+              );
+        } catch (err) {
+          return done("error", (err as Error).message, "actions");
+        }
+      }
+      case "/admin/do/remove-login": {
+        ownerOnly();
+        const [provider, id] = splitTarget(fields.get("target") ?? "");
+        return done(...(await this.#removeLogin(provider, id)), "actions");
+      }
+      case "/admin/do/reload": {
+        ownerOnly();
+        await host.reloadRules().catch((err: Error) => {
+          throw new Refused(409, "Reload not possible", err.message);
+        });
+        const rejected = host.reloadRejected;
+        return rejected === undefined
+          ? done("ok", "Rules reloaded.", "actions")
+          : done("error", `Reload rejected, the previous rules stay: ${rejected.message}`, "actions");
+      }
+      case "/admin/do/approve":
+      case "/admin/do/deny": {
+        const approvals = host.approvals;
+        const id = fields.get("id") ?? "";
+        if (approvals === undefined) return done("error", "This broker holds no requests.", "approvals");
+        const by = `admin page (${session.via})`;
+        if (path.endsWith("deny")) {
+          return approvals.deny(id, by)
+            ? done("ok", `Denied ${id}.`, "approvals")
+            : done("error", `${id} is no longer pending.`, "approvals");
+        }
+        const forText = fields.get("for") ?? "";
+        const forMs = forText === "" ? undefined : parseDuration(forText);
+        return approvals.approve(id, by, forMs)
+          ? done("ok", `Approved ${id}${forText ? ` and the same for ${forText}` : ""}.`, "approvals")
+          : done("error", `${id} is no longer pending.`, "approvals");
+      }
+      default:
+        throw new Refused(404, "Not found", "There is no such action.");
+    }
+  }
+
+  async #removeLogin(provider: string, id: string): Promise<["ok" | "error", string]> {
+    const store = this.#host.logins.store;
+    const login = await store.get(provider, id);
+    const client = this.#host.oauthClient(provider);
+    if (login === undefined || client === undefined) return ["error", `There is no login ${provider}/${id}.`];
+    let note = "";
+    try {
+      const revoked = await client.revoke(
+        login.refreshToken ?? login.accessToken,
+        login.refreshToken ? "refresh_token" : "access_token",
+      );
+      if (revoked) note = " and revoked it at the authorization server";
+    } catch (err) {
+      note = ` (revoking it failed: ${(err as Error).message})`;
+    }
+    await store.remove(provider, id);
+    return ["ok", `Removed the login ${provider}/${id}${note}.`];
+  }
+
+  async #view(res: ServerResponse, session: Session, view: ViewName, query: URLSearchParams): Promise<void> {
+    const f: FormContext = { csrf: session.csrf, role: session.role };
+    const flash = session.flash;
+    if (flash !== undefined) {
+      session.flash = undefined;
+      await this.sessions.save(session);
+    }
+    const live = await this.#part(view, session, query);
+    const report = statusReport(this.#host);
+    let frame: Html | undefined;
+    let q = "";
+    if (view === "audit") {
+      const filter = auditFilter(query);
+      q = new URLSearchParams(Object.entries(filter).filter(([, v]) => v) as [string, string][]).toString();
+      frame = auditFrame(
+        filter,
+        [...this.#host.runtime.clients.keys()],
+        report.providers.map((p) => p.id),
+      );
+    }
+    if (view === "actions") {
+      const oauthProviders = [...this.#host.runtime.providers.values()]
+        .filter((p) => p.rule.oauth !== undefined && p.rule.oauth.grant === "device")
+        .map((p) => p.rule.id);
+      frame = actionsFrame({ report, oauthProviders }, f);
+    }
+    const pending = this.#host.approvals?.pending().length ?? 0;
+    this.#send(res, 200, pageShell(view, f, live, { flash, query: q, ...(frame ? { frame } : {}) }, pending));
+  }
+
+  async #part(view: ViewName, session: Session, query: URLSearchParams): Promise<Html> {
+    const f: FormContext = { csrf: session.csrf, role: session.role };
+    switch (view) {
+      case "overview":
+        return overviewPart(statusReport(this.#host), f);
+      case "approvals":
+        return approvalsPart(this.#host.approvals?.pending(), f);
+      case "audit": {
+        const enabled = this.#host.runtime.rules.audit.enabled;
+        return auditPart(
+          await recentAudit(this.#host.home, auditFilter(query)),
+          enabled ? await this.#chains.states() : undefined,
+        );
+      }
+      case "usage":
+        return usagePart(this.#usage.rows());
+      case "actions":
+        return actionsPart(this.#devices.list);
+    }
+  }
+}
+
+function splitTarget(target: string): [string, string] {
+  const slash = target.indexOf("/");
+  return slash === -1 ? [target, ""] : [target.slice(0, slash), target.slice(slash + 1)];
+}
+
+function auditFilter(query: URLSearchParams): { provider?: string; client?: string; decision?: string } {
+  const pick = (k: string) => {
+    const v = query.get(k);
+    return v === null || v === "" ? undefined : v.slice(0, 100);
+  };
+  return { provider: pick("provider"), client: pick("client"), decision: pick("decision") };
+}

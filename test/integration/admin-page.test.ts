@@ -1,0 +1,375 @@
+// The admin page in a real headless Chromium (SPEC §16): one broker bound to 0.0.0.0 (so the
+// page is also served over TLS on its port), reached only at 127.0.0.1. Logs in by one-time
+// link and by password over TLS, checks what the page shows and that no secret is in anything
+// it loaded, resets a mark from the page, and refuses a change without the CSRF token.
+import { createHash, X509Certificate } from "node:crypto";
+import { mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { connect } from "node:tls";
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { Agent, ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  type BrokerProcess,
+  CLI,
+  cliAsync,
+  findSecrets,
+  outputs,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
+import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
+
+const KEY_A = "sk-admin-page-real-A-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+const KEY_B = "sk-admin-page-real-B-1a2b3c4d5e6f708192a3b4c5d6e7f809";
+const AGENT_TOKEN = "agent-token-5d1c9e7b3a2f4680";
+const BOSS_TOKEN = "boss-token-8e2f6a0c4d1b3957";
+const PASSWORD = "correct horse battery staple";
+
+let upstream: FakeUpstream;
+let broker: BrokerProcess;
+let home: string;
+let config: string;
+let browser: Browser;
+let adminToken: string;
+let shots: string;
+/** The agent client's placeholder for openai (what `keybroker env` gives it). */
+let placeholder: string;
+const bodies: { url: string; text: string }[] = [];
+
+function rules(u: FakeUpstream): string {
+  return `version: 1
+listen: 0.0.0.0:0
+upstream_ca: [${JSON.stringify(u.caPath)}]
+resolve:
+  "api.openai.com:443": "127.0.0.1:${u.port}"
+providers:
+  openai:
+    credentials: [KEY_A, KEY_B]
+clients:
+  agent:
+    token: AGENT_TOKEN
+    providers: "*"
+  boss:
+    token: BOSS_TOKEN
+    role: owner
+`;
+}
+
+function cli(args: string[]) {
+  return cliAsync([...args, "--home", home, "--config", config], { env: { AGENT_TOKEN } });
+}
+
+/** A page that keeps every answer's body, for the secret scan. */
+async function newPage(context: BrowserContext): Promise<Page> {
+  const page = await context.newPage();
+  page.setDefaultTimeout(8000);
+  page.on("response", (res) => {
+    // Redirects have no body to read.
+    if (res.status() >= 300 && res.status() < 400) return;
+    res
+      .text()
+      .then((text) => bodies.push({ url: res.url(), text }))
+      .catch(() => {});
+  });
+  return page;
+}
+
+/** The running broker's status, from its admin API (what `status --json` prints). */
+async function statusJson(): Promise<{
+  providers: { id: string; credentials: { id: string; state: string }[] }[];
+}> {
+  const res = await request(`http://127.0.0.1:${broker.port}/__keybroker/admin/status`, {
+    headers: { authorization: `Bearer ${adminToken}` },
+  });
+  return (await res.body.json()) as never;
+}
+
+async function states(): Promise<Record<string, string>> {
+  const s = await statusJson();
+  return Object.fromEntries(
+    s.providers.find((p) => p.id === "openai")!.credentials.map((c) => [c.id, c.state]),
+  );
+}
+
+async function chat(agent: ProxyAgent): Promise<number> {
+  const res = await request("https://api.openai.com/v1/chat/completions", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { "content-type": "application/json", authorization: `Bearer ${placeholder}` },
+    body: JSON.stringify({ model: "gpt-test", messages: [] }),
+  });
+  await res.body.text();
+  return res.statusCode;
+}
+
+/** The SPKI hash Chromium's --ignore-certificate-errors-spki-list takes, after checking the chain ourselves. */
+async function leafSpki(port: number, caPem: string): Promise<string> {
+  const socket = connect({ host: "127.0.0.1", port, ca: caPem, servername: "" });
+  await new Promise<void>((resolve, reject) => {
+    socket.once("secureConnect", resolve);
+    socket.once("error", reject);
+  });
+  // Verified against the broker's CA, for the address 127.0.0.1 (node checks the IP SAN).
+  expect(socket.authorized).toBe(true);
+  const cert = new X509Certificate(socket.getPeerX509Certificate()!.raw);
+  socket.destroy();
+  expect(cert.checkIP("127.0.0.1")).toBe("127.0.0.1");
+  expect(cert.verify(new X509Certificate(caPem).publicKey)).toBe(true);
+  const spki = cert.publicKey.export({ type: "spki", format: "der" });
+  return createHash("sha256").update(spki).digest("base64");
+}
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  home = tempHome();
+  shots = join(mkdtempSync(join(tmpdir(), "kb-admin-page-")), "screens");
+  mkdirSync(shots);
+  config = writeConfig(tempHome(), rules(upstream));
+  // KEY_A arrives marked: the page shows it and resets it.
+  mkdirSync(join(home, "state"), { recursive: true, mode: 0o700 });
+  writeFileSync(
+    join(home, "state", "pools.json"),
+    JSON.stringify({
+      version: 1,
+      providers: {
+        openai: {
+          KEY_A: {
+            state: "usage_limit_reached",
+            until: Date.now() + 3_600_000,
+            reason: "429 insufficient_quota",
+            requests: 3,
+            marks: 1,
+          },
+        },
+      },
+    }),
+    { mode: 0o600 },
+  );
+  broker = await startBroker({
+    home,
+    config,
+    env: { KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN },
+  });
+  adminToken = readFileSync(join(home, "admin.token"), "utf8").trim();
+  const env = await cli(["env", "--client", "agent", "--format", "json"]);
+  expect(env.status, env.stderr).toBe(0);
+  placeholder = (JSON.parse(env.stdout) as Record<string, string>).OPENAI_API_KEY!;
+  const spki = await leafSpki(broker.port, readFileSync(broker.caPath, "utf8"));
+  // launch() gives the browser a fresh, temporary user-data-dir of its own.
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      `--ignore-certificate-errors-spki-list=${spki}`,
+    ],
+  });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await broker?.stop();
+  await upstream?.close();
+  const secrets = [KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN, adminToken, PASSWORD];
+  // Nothing the page loaded holds a secret; the home holds only the admin token, in its own file.
+  expect(
+    findSecrets(
+      secrets,
+      [],
+      bodies.map((b) => b.text),
+    ),
+  ).toEqual([]);
+  expect(
+    findSecrets(
+      secrets.filter((s) => s !== adminToken),
+      [home],
+      [],
+    ),
+  ).toEqual([]);
+  // `env` prints the agent's proxy URL with its token, as it should: the rest may not appear.
+  expect(findSecrets([KEY_A, KEY_B, BOSS_TOKEN, adminToken, PASSWORD], [], outputs)).toEqual([]);
+  console.log(`admin page screenshots: ${shots}`);
+});
+
+describe("admin page", () => {
+  it("logs in by one-time link, shows providers and credentials live, resets a mark, refuses a change without CSRF", {
+    timeout: 90_000,
+  }, async () => {
+    const agent = new ProxyAgent({
+      uri: broker.url.replace("0.0.0.0", "127.0.0.1"),
+      token: `Basic ${Buffer.from(`agent:${AGENT_TOKEN}`).toString("base64")}`,
+      requestTls: { ca: readFileSync(broker.caPath, "utf8") },
+    });
+    // The proxy protocol keeps working on the port that also answers TLS.
+    expect(await chat(agent)).toBe(200);
+
+    const link = await cli(["admin"]);
+    expect(link.status, link.stderr).toBe(0);
+    const url = /(http:\/\/127\.0\.0\.1:\d+\/admin\/login\?code=\S+)/.exec(link.stdout)?.[1];
+    expect(url, link.stdout).toBeDefined();
+
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await newPage(context);
+    await page.goto(url!);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.waitForURL(/\/admin\/$/);
+    await expect(page.locator("h1").textContent()).resolves.toBe("Overview");
+    const cookie = (await context.cookies()).find((c) => c.name.startsWith("kb_admin"))!;
+    expect(cookie).toMatchObject({ httpOnly: true, sameSite: "Strict", secure: false, path: "/admin" });
+
+    // The link works once.
+    const again = await browser.newContext();
+    const other = await newPage(again);
+    await other.goto(url!);
+    await other.getByRole("button", { name: "Log in" }).click();
+    await expect(other.locator(".flash.error").textContent()).resolves.toMatch(/used or expired/);
+    await again.close();
+
+    // Providers and credentials: ids, fingerprints, states; never a value.
+    const card = page.locator("#provider-openai");
+    await expect(card.locator("tr", { hasText: "KEY_A" }).textContent()).resolves.toMatch(/rate limited/);
+    await expect(card.locator("tr", { hasText: "KEY_B" }).textContent()).resolves.toMatch(
+      /env.*sha256:.*ok/s,
+    );
+    await expect(page.locator(".fact", { hasText: "CA fingerprint" }).textContent()).resolves.toMatch(
+      /([0-9A-F]{2}:){31}[0-9A-F]{2}/,
+    );
+
+    // Live: a request made now shows up without a reload.
+    const before = Number(await card.locator("tr", { hasText: "KEY_B" }).locator("td.num").textContent());
+    expect(await chat(agent)).toBe(200);
+    const keyB = card.locator("tr", { hasText: "KEY_B" }).locator("td.num");
+    await expect
+      .poll(async () => Number(await keyB.textContent()), { timeout: 8000 })
+      .toBeGreaterThan(before);
+    await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
+
+    // A change without the page's CSRF token is refused and changes nothing.
+    const forged = await context.request.post(new URL("/admin/do/reset", url).href, {
+      form: { provider: "openai", credential: "KEY_A" },
+      maxRedirects: 0,
+    });
+    expect(forged.status()).toBe(403);
+    expect(await forged.text()).toMatch(/CSRF/);
+    expect((await states()).KEY_A).toBe("usage_limit_reached");
+
+    // Reset from the page.
+    await card.locator("tr", { hasText: "KEY_A" }).getByRole("button", { name: "Reset mark" }).click();
+    await page.waitForURL(/\/admin\/$/);
+    await expect(page.locator(".flash.ok").textContent()).resolves.toMatch(/cleared KEY_A/);
+    await expect(card.locator("tr", { hasText: "KEY_A" }).textContent()).resolves.toMatch(/\bok\b/);
+    expect((await states()).KEY_A).toBe("ok");
+
+    // The other views, each screenshotted.
+    for (const view of ["approvals", "usage", "actions"]) {
+      await page
+        .getByRole("navigation")
+        .getByRole("link", { name: new RegExp(view, "i") })
+        .click();
+      await page.waitForURL(new RegExp(`/admin/${view}$`));
+      await page.screenshot({ path: join(shots, `${view}.png`), fullPage: true });
+    }
+    await page.goto(new URL("/admin/usage", url).href);
+    await expect(page.locator("table.usage").textContent()).resolves.toMatch(/agent\s*openai\s*2/);
+    await page.goto(new URL("/admin/audit?decision=admin_login", url).href);
+    await expect(page.locator("table.audit").textContent()).resolves.toMatch(/admin_login.*one-time link/s);
+    await page.goto(new URL("/admin/audit", url).href);
+    await expect(page.locator("ul.chains").textContent()).resolves.toMatch(/verified.*Audit chain/s);
+    await page.screenshot({ path: join(shots, "audit.png"), fullPage: true });
+
+    // On a phone.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(new URL("/admin/", url).href);
+    await page.screenshot({ path: join(shots, "overview-phone.png"), fullPage: true });
+    expect(await page.evaluate("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+
+    await page.getByRole("button", { name: "Log out" }).click();
+    await page.waitForURL(/\/admin\/login$/);
+    await context.close();
+    await agent.close();
+  });
+
+  it("off loopback: serves the page over TLS with a CA leaf, and a password logs in there", {
+    timeout: 60_000,
+  }, async () => {
+    const r = await cliPassword();
+    expect(r.status, r.stderr).toBe(0);
+    expect(statSync(join(home, "admin.password")).mode & 0o777).toBe(0o600);
+
+    const base = `https://127.0.0.1:${broker.port}`;
+    const context = await browser.newContext({ ignoreHTTPSErrors: false });
+    const page = await newPage(context);
+    // The root and the login page answer a form, never an error.
+    const root = await page.goto(`${base}/`);
+    expect(root!.status()).toBe(200);
+    expect(page.url()).toBe(`${base}/admin/login`);
+    await page.screenshot({ path: join(shots, "login.png") });
+
+    await page.getByLabel("Password or admin token").fill("not the password");
+    await page.getByRole("button", { name: "Log in" }).click();
+    await expect(page.locator(".flash.error").textContent()).resolves.toMatch(/not right/);
+    await page.getByLabel("Password or admin token").fill(PASSWORD);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.waitForURL(`${base}/admin/`);
+    await expect(page.locator("#provider-openai").textContent()).resolves.toMatch(/KEY_B/);
+    const cookie = (await context.cookies()).find((c) => c.name.startsWith("kb_admin"))!;
+    expect(cookie).toMatchObject({ httpOnly: true, sameSite: "Strict", secure: true });
+    await context.close();
+
+    // An owner client's token logs in too (node's client, checking the chain against the CA).
+    const tls = new Agent({ connect: { ca: readFileSync(broker.caPath, "utf8") } });
+    const login = (secret: string) =>
+      request(`${base}/admin/login`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ secret }).toString(),
+        dispatcher: tls,
+      });
+    const byToken = await login(BOSS_TOKEN);
+    await byToken.body.text();
+    expect(byToken.statusCode).toBe(303);
+    expect(String(byToken.headers["set-cookie"])).toMatch(/HttpOnly; SameSite=Strict; Max-Age=43200; Secure/);
+    // A user client's token does not.
+    const byUser = await login(AGENT_TOKEN);
+    expect(byUser.statusCode).toBe(401);
+    expect(await byUser.body.text()).toMatch(/<form method="post" action="\/admin\/login"/);
+    // Failed logins are limited per address; the answer is still the form.
+    let last = 0;
+    for (let i = 0; i < 5; i++) {
+      const r = await login("wrong");
+      last = r.statusCode;
+      if (last === 429) {
+        expect(await r.body.text()).toMatch(/Too many failed logins.*<form/s);
+        break;
+      }
+      await r.body.text();
+    }
+    expect(last).toBe(429);
+    await tls.close();
+
+    const audit = readFileSync(join(home, "audit", "security.jsonl"), "utf8");
+    for (const decision of ["admin_login", "admin_login_failed", "admin_logout"])
+      expect(audit).toContain(`"decision":"${decision}"`);
+    expect(audit).toMatch(/"decision":"admin_login".*by password as owner/);
+    expect(audit).toMatch(/"client":"boss","reason":"from 127\.0\.0\.1 by client boss as owner"/);
+  });
+});
+
+async function cliPassword() {
+  const { spawnSync } = await import("node:child_process");
+  const r = spawnSync(process.execPath, [CLI, "admin", "password", "--home", home], {
+    input: `${PASSWORD}\n`,
+    encoding: "utf8",
+  });
+  outputs.push(r.stdout, r.stderr);
+  return r;
+}
