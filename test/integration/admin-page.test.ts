@@ -180,6 +180,10 @@ afterAll(async () => {
   await broker?.stop();
   await upstream?.close();
   const secrets = [KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN, adminToken, PASSWORD];
+  // No inline script in any page: the one script is a file.
+  const pages = bodies.filter((b) => b.text.startsWith("<!doctype html>"));
+  expect(pages.length).toBeGreaterThan(5);
+  for (const b of pages) expect(b.text, b.url).not.toMatch(/<script(?![^>]*\ssrc=)|\son[a-z]+=|style=/i);
   // Nothing the page loaded holds a secret; the home holds only the admin token, in its own file.
   expect(
     findSecrets(
@@ -278,7 +282,10 @@ describe("admin page", () => {
       await page.waitForURL(new RegExp(`/admin/${view}$`));
       await page.screenshot({ path: join(shots, `${view}.png`), fullPage: true });
     }
-    await page.goto(new URL("/admin/usage", url).href);
+    const usage = await page.goto(new URL("/admin/usage", url).href);
+    expect(usage!.headers()["content-security-policy"]).toMatch(
+      /default-src 'none'; script-src 'self'; style-src 'self'/,
+    );
     await expect(page.locator("table.usage").textContent()).resolves.toMatch(/agent\s*openai\s*2/);
     await page.goto(new URL("/admin/audit?decision=admin_login", url).href);
     await expect(page.locator("table.audit").textContent()).resolves.toMatch(/admin_login.*one-time link/s);

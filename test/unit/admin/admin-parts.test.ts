@@ -1,0 +1,110 @@
+// The admin page's parts without a browser: escaping, sessions, the login limiter, the
+// password hash and the usage buckets.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { html } from "../../../admin/html.js";
+import { hashPassword, verifyPassword } from "../../../admin/password.js";
+import { IDLE_MS, LINK_MS, LoginLimiter, MemorySessionStore, Sessions } from "../../../admin/sessions.js";
+import { HOUR_MS, Usage } from "../../../admin/usage.js";
+import { knownSecrets } from "../../../audit/scrub.js";
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("html", () => {
+  it("escapes every value and masks a known secret", () => {
+    knownSecrets.add("sk-admin-unit-secret-0123456789abcdef");
+    const out = html`<td title="${'"><script>x</script>'}">${"sk-admin-unit-secret-0123456789abcdef & <b>"}</td>`;
+    expect(out.text).toBe(
+      '<td title="&quot;&gt;&lt;script&gt;x&lt;/script&gt;">' +
+        `${knownSecrets.scrub("sk-admin-unit-secret-0123456789abcdef")} &amp; &lt;b&gt;</td>`,
+    );
+    expect(out.text).not.toContain("sk-admin-unit-secret-0123456789abcdef");
+    // Markup made with html passes as is; lists are joined.
+    expect(html`<ul>${["a", "b"].map((x) => html`<li>${x}</li>`)}</ul>`.text).toBe(
+      "<ul><li>a</li><li>b</li></ul>",
+    );
+  });
+});
+
+describe("sessions", () => {
+  it("slide on use and end after 12 h idle, with no new cookie value", async () => {
+    vi.useFakeTimers();
+    const store = new MemorySessionStore();
+    const sessions = new Sessions(store);
+    const { cookie, session } = await sessions.create("owner", "password");
+    expect(await store.get(cookie)).toBeUndefined(); // kept by hash, not by cookie value
+    vi.advanceTimersByTime(IDLE_MS - 1000);
+    expect((await sessions.use(cookie))?.key).toBe(session.key);
+    vi.advanceTimersByTime(IDLE_MS - 1000); // 24 h after login, 12 h after last use
+    expect(await sessions.use(cookie)).toBeDefined();
+    // Polling does not slide it.
+    vi.advanceTimersByTime(IDLE_MS - 1000);
+    expect(await sessions.use(cookie, false)).toBeDefined();
+    vi.advanceTimersByTime(2000);
+    expect(await sessions.use(cookie)).toBeUndefined();
+  });
+
+  it("one-time links work once and expire", () => {
+    vi.useFakeTimers();
+    const sessions = new Sessions();
+    const code = sessions.newLink();
+    expect(sessions.spendLink(code)).toBe(true);
+    expect(sessions.spendLink(code)).toBe(false);
+    const late = sessions.newLink();
+    vi.advanceTimersByTime(LINK_MS + 1);
+    expect(sessions.spendLink(late)).toBe(false);
+    expect(sessions.spendLink("made-up")).toBe(false);
+  });
+
+  it("limits failed logins per address", () => {
+    vi.useFakeTimers();
+    const limiter = new LoginLimiter(3, 60_000);
+    for (let i = 0; i < 3; i++) {
+      expect(limiter.waitSeconds("10.0.0.1")).toBe(0);
+      limiter.fail("10.0.0.1");
+    }
+    expect(limiter.waitSeconds("10.0.0.1")).toBe(60);
+    expect(limiter.waitSeconds("10.0.0.2")).toBe(0);
+    vi.advanceTimersByTime(60_001);
+    expect(limiter.waitSeconds("10.0.0.1")).toBe(0);
+  });
+});
+
+describe("password", () => {
+  it("is a salted scrypt hash that verifies only the right password", async () => {
+    const a = await hashPassword("correct horse battery staple");
+    const b = await hashPassword("correct horse battery staple");
+    expect(a).toMatch(/^scrypt\$32768\$8\$1\$[\w-]+\$[\w-]+$/);
+    expect(a).not.toBe(b);
+    expect(a).not.toContain("horse");
+    expect(await verifyPassword("correct horse battery staple", a)).toBe(true);
+    expect(await verifyPassword("correct horse battery stapler", a)).toBe(false);
+    expect(await verifyPassword("x", "not a hash")).toBe(false);
+  });
+});
+
+describe("usage", () => {
+  it("counts per client and provider by the hour and forgets what is older than 24 h", () => {
+    const u = new Usage();
+    const t0 = 1_800_000_000_000;
+    u.count("agent", "openai", 200, false, 100, t0);
+    u.count("agent", "openai", 503, false, 10, t0 + HOUR_MS);
+    u.count("agent", "openai", 403, true, 0, t0 + HOUR_MS);
+    u.count("ci", undefined, 200, false, 5, t0);
+    const rows = u.rows(t0 + HOUR_MS);
+    expect(rows[0]).toMatchObject({
+      client: "agent",
+      provider: "openai",
+      requests: 3,
+      errors: 1,
+      blocked: 1,
+      bytes: 110,
+    });
+    expect(rows[0]!.hourly.slice(-2)).toEqual([1, 2]);
+    expect(rows[1]).toMatchObject({ client: "ci", provider: "-", requests: 1 });
+    // A day later the first hour is gone; after 25 h nothing is left.
+    expect(u.rows(t0 + 24 * HOUR_MS)[0]).toMatchObject({ client: "agent", requests: 2 });
+    expect(u.rows(t0 + 25 * HOUR_MS)).toEqual([]);
+  });
+});
