@@ -455,16 +455,15 @@ export class AdminPage {
       case "/admin/do/deny": {
         const approvals = host.approvals;
         const id = fields.get("id") ?? "";
-        if (approvals === undefined) return done("error", "This broker holds no requests.", "approvals");
         const by = `admin page (${session.via})`;
         if (path.endsWith("deny")) {
-          return approvals.deny(id, by)
+          return (await approvals.deny(id, by)) !== undefined
             ? done("ok", `Denied ${id}.`, "approvals")
             : done("error", `${id} is no longer pending.`, "approvals");
         }
         const forText = fields.get("for") ?? "";
         const forMs = forText === "" ? undefined : parseDuration(forText);
-        return approvals.approve(id, by, forMs)
+        return (await approvals.approve(id, by, forMs)) !== undefined
           ? done("ok", `Approved ${id}${forText ? ` and the same for ${forText}` : ""}.`, "approvals")
           : done("error", `${id} is no longer pending.`, "approvals");
       }
@@ -518,7 +517,7 @@ export class AdminPage {
         .map((p) => p.rule.id);
       frame = actionsFrame({ report, oauthProviders }, f);
     }
-    const pending = this.#host.approvals?.pending().length ?? 0;
+    const pending = (await this.#host.approvals.list()).length;
     this.#send(res, 200, pageShell(view, f, live, { flash, query: q, ...(frame ? { frame } : {}) }, pending));
   }
 
@@ -528,7 +527,7 @@ export class AdminPage {
       case "overview":
         return overviewPart(statusReport(this.#host), f);
       case "approvals":
-        return approvalsPart(this.#host.approvals?.pending(), f);
+        return approvalsPart(await this.#host.approvals.list(), f);
       case "audit": {
         const enabled = this.#host.runtime.rules.audit.enabled;
         return auditPart(

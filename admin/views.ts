@@ -3,10 +3,10 @@
 // forms that must not be replaced while a person types).
 import type { AuditRecord } from "../audit/audit-log.js";
 import { AUDIT_DECISIONS } from "../audit/audit-log.js";
+import type { ApprovalView } from "../proxy/approvals.js";
 import { formatUptime, type ProviderStatus, type StatusReport } from "../proxy/status.js";
 import type { AuditFilter, ChainState } from "./audit-view.js";
 import type { DeviceLoginState } from "./device-logins.js";
-import type { PendingApproval } from "./host.js";
 import { formatBytes, type Html, html, relative } from "./html.js";
 import type { AdminRole } from "./sessions.js";
 import type { UsageRow } from "./usage.js";
@@ -202,18 +202,15 @@ ${report.reload === undefined ? "" : html`<p class="flash error">Reload rejected
 ${report.providers.length === 0 ? html`<p class="empty card">No provider has a credential yet.</p>` : report.providers.map((p) => providerCard(p, f))}`;
 }
 
-export function approvalsPart(pending: readonly PendingApproval[] | undefined, f: FormContext): Html {
-  if (pending === undefined) {
-    return html`<p class="empty card">This broker holds no requests for approval: approvals arrive with <code>approve</code> rules.</p>`;
-  }
+export function approvalsPart(pending: readonly ApprovalView[], f: FormContext): Html {
   if (pending.length === 0) {
     return html`<p class="empty card">Nothing is waiting. Requests matched by an <code>approve</code> rule appear here until someone answers them.</p>`;
   }
   return html`<div class="stack">${pending.map(
     (a) => html`<article class="card approval" id="approval-${a.id}">
 <header><span class="method">${a.method}</span><code class="path">${a.host}${a.path}</code></header>
-<p class="meta"><strong>${a.client}</strong> → <strong>${a.provider}</strong> · id <code>${a.id}</code> · <span class="left" data-countdown="${a.secondsLeft}">${a.secondsLeft}s left</span></p>
-${a.preview === undefined || a.preview === "" ? html`<p class="empty">No body.</p>` : html`<pre class="preview">${a.preview}</pre>`}
+<p class="meta"><strong>${a.client}</strong> → <strong>${a.provider}</strong> · id <code>${a.id}</code> · <span class="left" data-countdown="${a.seconds_left}">${a.seconds_left}s left</span></p>
+${a.preview === "" ? html`<p class="empty">No body.</p>` : html`<pre class="preview">${a.preview}</pre>`}
 <div class="buttons">
 <form method="post" action="/admin/do/approve">${csrfField(f)}<input type="hidden" name="id" value="${a.id}">
 <select name="for" aria-label="Approve for"><option value="">this request</option><option value="10m">and the same for 10 min</option><option value="1h">and the same for 1 h</option></select>
