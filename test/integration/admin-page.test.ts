@@ -20,6 +20,7 @@ import {
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const KEY_A = "sk-admin-page-real-A-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
@@ -29,6 +30,7 @@ const BOSS_TOKEN = "boss-token-8e2f6a0c4d1b3957";
 const PASSWORD = "correct horse battery staple";
 
 let upstream: FakeUpstream;
+let oauth: FakeOAuth;
 let broker: BrokerProcess;
 let home: string;
 let config: string;
@@ -45,9 +47,16 @@ listen: 0.0.0.0:0
 upstream_ca: [${JSON.stringify(u.caPath)}]
 resolve:
   "api.openai.com:443": "127.0.0.1:${u.port}"
+  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
 providers:
   openai:
     credentials: [KEY_A, KEY_B]
+  codex-oauth:
+    hosts: [chat.oauth.test]
+    oauth:
+      issuer: https://${AUTH_HOST}
+      client_id: app_1
+      scopes: [openid, offline_access]
 clients:
   agent:
     token: AGENT_TOKEN
@@ -124,6 +133,7 @@ async function leafSpki(port: number, caPem: string): Promise<string> {
 
 beforeAll(async () => {
   upstream = await startUpstream();
+  oauth = installFakeOAuth(upstream);
   home = tempHome();
   shots = join(mkdtempSync(join(tmpdir(), "kb-admin-page-")), "screens");
   mkdirSync(shots);
@@ -273,8 +283,31 @@ describe("admin page", () => {
     await expect(card.locator("tr", { hasText: "KEY_A" }).textContent()).resolves.toMatch(/\bok\b/);
     expect((await states()).KEY_A).toBe("ok");
 
+    // A device-flow OAuth login from the page: it shows the code; once approved, the login is used.
+    await page.getByRole("navigation").getByRole("link", { name: "Actions" }).click();
+    await page.getByRole("button", { name: "Start login" }).click();
+    await expect(page.locator(".flash.ok").textContent()).resolves.toMatch(/Login to codex-oauth started/);
+    const code = (await page.locator(".device .code").textContent())!;
+    expect(await page.locator(".device a").getAttribute("href")).toBe(
+      `https://${AUTH_HOST}/activate?user_code=${code}`,
+    );
+    await page.screenshot({ path: join(shots, "actions.png"), fullPage: true });
+    oauth.approve(code);
+    await page.locator(".device .badge.ok").waitFor({ timeout: 15_000 });
+    await page.goto(new URL("/admin/", url).href);
+    await expect(
+      page.locator("#provider-codex-oauth tr", { hasText: "default" }).textContent(),
+    ).resolves.toMatch(/oauth.*sha256:.*ok.*in \d+m/s);
+    // And removed from the page again.
+    await page.goto(new URL("/admin/actions", url).href);
+    await page.getByRole("combobox", { name: "Login" }).selectOption("codex-oauth/default");
+    await page.getByRole("button", { name: "Remove" }).click();
+    await expect(page.locator(".flash.ok").textContent()).resolves.toMatch(
+      /Removed the login codex-oauth\/default/,
+    );
+
     // The other views, each screenshotted.
-    for (const view of ["approvals", "usage", "actions"]) {
+    for (const view of ["approvals", "usage"]) {
       await page
         .getByRole("navigation")
         .getByRole("link", { name: new RegExp(view, "i") })
