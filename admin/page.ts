@@ -195,7 +195,10 @@ export class AdminPage {
         this.#send(res, err.status, messagePage(err.title, err.message));
         return;
       }
-      this.#host.audit({ decision: "blocked", reason: `admin page error: ${(err as Error).message}` });
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
       this.#send(res, 500, messagePage("Something went wrong", (err as Error).message));
     }
   }
@@ -263,13 +266,18 @@ export class AdminPage {
     if (value !== undefined) this.#setCookie(res, value, IDLE_MS / 1000, secure);
   }
 
+  /** Whether a password is set; an unreadable file counts as set (the form must still be shown). */
+  async #hasPassword(): Promise<boolean> {
+    return (await readPasswordHash(this.#host.home).catch(() => "unreadable")) !== undefined;
+  }
+
   async #loginForm(
     req: IncomingMessage,
     res: ServerResponse,
     code: string | undefined,
     tls: boolean,
   ): Promise<void> {
-    const hasPassword = (await readPasswordHash(this.#host.home)) !== undefined;
+    const hasPassword = await this.#hasPassword();
     const message =
       code !== undefined && !isLoopbackHost(clientAddress(req))
         ? "One-time links work only on this machine (loopback); log in with the password."
@@ -283,8 +291,9 @@ export class AdminPage {
 
   /** Which role a password or token logs in as, or undefined. */
   async #check(secret: string): Promise<{ role: AdminRole; via: string; client?: string } | undefined> {
-    const hash = await readPasswordHash(this.#host.home);
-    if (hash !== undefined && (await verifyPassword(secret, hash))) return { role: "owner", via: "password" };
+    const hash = await readPasswordHash(this.#host.home).catch(() => undefined);
+    if (hash !== undefined && (await verifyPassword(secret, hash).catch(() => false)))
+      return { role: "owner", via: "password" };
     if (sameToken(secret, this.#adminToken)) return { role: "owner", via: "admin token" };
     // A client's token logs in with the client's role, when that role may use the page.
     for (const [name, client] of this.#host.runtime.clients) {
@@ -298,7 +307,7 @@ export class AdminPage {
 
   async #login(req: IncomingMessage, res: ServerResponse, secure: boolean): Promise<void> {
     const address = clientAddress(req);
-    const hasPassword = (await readPasswordHash(this.#host.home)) !== undefined;
+    const hasPassword = await this.#hasPassword();
     const form = (message: string, status: number) =>
       this.#send(res, status, loginPage({ message, tls: secure, hasPassword }));
     let fields: URLSearchParams;

@@ -341,6 +341,9 @@ describe("admin page", () => {
   it("off loopback: serves the page over TLS with a CA leaf, and a password logs in there", {
     timeout: 60_000,
   }, async () => {
+    const short = await cliPassword("short");
+    expect(short.status).toBe(1);
+    expect(short.stderr).toMatch(/at least 10 characters.*nothing was changed/);
     const r = await cliPassword();
     expect(r.status, r.stderr).toBe(0);
     expect(statSync(join(home, "admin.password")).mode & 0o777).toBe(0o600);
@@ -404,10 +407,10 @@ describe("admin page", () => {
   });
 });
 
-async function cliPassword() {
+async function cliPassword(password = PASSWORD) {
   const { spawnSync } = await import("node:child_process");
   const r = spawnSync(process.execPath, [CLI, "admin", "password", "--home", home], {
-    input: `${PASSWORD}\n`,
+    input: `${password}\n`,
     encoding: "utf8",
   });
   outputs.push(r.stdout, r.stderr);
