@@ -24,7 +24,11 @@ function sameToken(given: string, expected: string): boolean {
 /** Who a bearer token belongs to: the home's admin token (owner), or a client with a token. */
 export function callerOf(broker: AdminHost, adminToken: string, req: IncomingMessage): Caller | undefined {
   const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
-  if (given === undefined) return undefined;
+  return given === undefined ? undefined : callerOfToken(broker, adminToken, given);
+}
+
+/** Who a token belongs to (also the admin page's login form). */
+export function callerOfToken(broker: AdminHost, adminToken: string, given: string): Caller | undefined {
   if (sameToken(given, adminToken)) return { role: "owner", by: "admin token" };
   for (const client of broker.runtime.clients.values()) {
     if (client.token !== undefined && sameToken(given, client.token.reveal()))

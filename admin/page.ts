@@ -11,6 +11,7 @@ import { isLoopbackHost } from "../rules/address.js";
 import { parseDuration } from "../rules/units.js";
 import { statusReport } from "./api.js";
 import { ChainChecker, recentAudit } from "./audit-view.js";
+import { callerOfToken } from "./callers.js";
 import { DeviceLogins } from "./device-logins.js";
 import type { AdminHost } from "./host.js";
 import type { Html } from "./html.js";
@@ -294,15 +295,11 @@ export class AdminPage {
     const hash = await readPasswordHash(this.#host.home).catch(() => undefined);
     if (hash !== undefined && (await verifyPassword(secret, hash).catch(() => false)))
       return { role: "owner", via: "password" };
-    if (sameToken(secret, this.#adminToken)) return { role: "owner", via: "admin token" };
-    // A client's token logs in with the client's role, when that role may use the page.
-    for (const [name, client] of this.#host.runtime.clients) {
-      const role: string = client.rule.role;
-      if (client.token === undefined || (role !== "owner" && role !== "admin")) continue;
-      if (sameToken(secret, client.token.reveal()))
-        return { role: role as AdminRole, via: `client ${name}`, client: name };
-    }
-    return undefined;
+    // The home's admin token, or a client's token with the client's role when it may use the page.
+    const caller = callerOfToken(this.#host, this.#adminToken, secret);
+    if (caller === undefined || (caller.role !== "owner" && caller.role !== "admin")) return undefined;
+    const client = caller.by.startsWith("client ") ? caller.by.slice(7) : undefined;
+    return { role: caller.role, via: caller.by, ...(client === undefined ? {} : { client }) };
   }
 
   async #login(req: IncomingMessage, res: ServerResponse, secure: boolean): Promise<void> {

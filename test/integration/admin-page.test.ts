@@ -51,6 +51,8 @@ resolve:
 providers:
   openai:
     credentials: [KEY_A, KEY_B]
+    policy:
+      - approve: { method: POST, path: "/v1/embeddings" }
   codex-oauth:
     hosts: [chat.oauth.test]
     oauth:
@@ -103,12 +105,16 @@ async function states(): Promise<Record<string, string>> {
   );
 }
 
-async function chat(agent: ProxyAgent): Promise<number> {
-  const res = await request("https://api.openai.com/v1/chat/completions", {
+async function chat(
+  agent: ProxyAgent,
+  path = "/v1/chat/completions",
+  body: unknown = { model: "gpt-test", messages: [] },
+): Promise<number> {
+  const res = await request(`https://api.openai.com${path}`, {
     method: "POST",
     dispatcher: agent,
     headers: { "content-type": "application/json", authorization: `Bearer ${placeholder}` },
-    body: JSON.stringify({ model: "gpt-test", messages: [] }),
+    body: JSON.stringify(body),
   });
   await res.body.text();
   return res.statusCode;
@@ -134,6 +140,10 @@ async function leafSpki(port: number, caPem: string): Promise<string> {
 beforeAll(async () => {
   upstream = await startUpstream();
   oauth = installFakeOAuth(upstream);
+  upstream.routes.set("POST /v1/embeddings", (_req, res) => {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end('{"object":"list","data":[]}');
+  });
   home = tempHome();
   shots = join(mkdtempSync(join(tmpdir(), "kb-admin-page-")), "screens");
   mkdirSync(shots);
@@ -306,8 +316,27 @@ describe("admin page", () => {
       /Removed the login codex-oauth\/default/,
     );
 
+    // A held request appears on the Approvals view by itself; approving it lets the client through.
+    await page.getByRole("navigation").getByRole("link", { name: "Approvals" }).click();
+    await page.waitForURL(/\/admin\/approvals$/);
+    const sentBefore = upstream.received.length;
+    const held = chat(agent, "/v1/embeddings", { input: `hello approval, key ${KEY_A}` });
+    const approval = page.locator(".approval");
+    await approval.waitFor({ timeout: 15_000 });
+    await expect(approval.locator(".path").textContent()).resolves.toBe("api.openai.com/v1/embeddings");
+    const preview = (await approval.locator(".preview").textContent())!;
+    expect(preview).toContain("hello approval, key ");
+    expect(preview).not.toContain(KEY_A);
+    await expect(approval.locator(".meta").textContent()).resolves.toMatch(/agent → openai.*\d+s left/s);
+    expect(upstream.received.length).toBe(sentBefore); // nothing went upstream while held
+    await page.screenshot({ path: join(shots, "approvals.png"), fullPage: true });
+    await approval.getByRole("button", { name: "Approve" }).click();
+    await expect(page.locator(".flash.ok").textContent()).resolves.toMatch(/^Approved [0-9a-f]{8}\.$/);
+    expect(await held).toBe(200);
+    expect(upstream.received.at(-1)!.url).toBe("/v1/embeddings");
+
     // The other views, each screenshotted.
-    for (const view of ["approvals", "usage"]) {
+    for (const view of ["usage"]) {
       await page
         .getByRole("navigation")
         .getByRole("link", { name: new RegExp(view, "i") })
@@ -319,7 +348,7 @@ describe("admin page", () => {
     expect(usage!.headers()["content-security-policy"]).toMatch(
       /default-src 'none'; script-src 'self'; style-src 'self'/,
     );
-    await expect(page.locator("table.usage").textContent()).resolves.toMatch(/agent\s*openai\s*2/);
+    await expect(page.locator("table.usage").textContent()).resolves.toMatch(/agent\s*openai\s*3/);
     await page.goto(new URL("/admin/audit?decision=admin_login", url).href);
     await expect(page.locator("table.audit").textContent()).resolves.toMatch(/admin_login.*one-time link/s);
     await page.goto(new URL("/admin/audit", url).href);
