@@ -27,6 +27,7 @@ const KEY_A = "sk-admin-page-real-A-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
 const KEY_B = "sk-admin-page-real-B-1a2b3c4d5e6f708192a3b4c5d6e7f809";
 const AGENT_TOKEN = "agent-token-5d1c9e7b3a2f4680";
 const BOSS_TOKEN = "boss-token-8e2f6a0c4d1b3957";
+const OPS_TOKEN = "ops-token-3c7a1e9b5d2f4086";
 const PASSWORD = "correct horse battery staple";
 
 let upstream: FakeUpstream;
@@ -66,6 +67,9 @@ clients:
   boss:
     token: BOSS_TOKEN
     role: owner
+  ops:
+    token: OPS_TOKEN
+    role: admin
 `;
 }
 
@@ -171,7 +175,7 @@ beforeAll(async () => {
   broker = await startBroker({
     home,
     config,
-    env: { KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN },
+    env: { KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN, OPS_TOKEN },
   });
   adminToken = readFileSync(join(home, "admin.token"), "utf8").trim();
   const env = await cli(["env", "--client", "agent", "--format", "json"]);
@@ -199,7 +203,7 @@ afterAll(async () => {
   await browser?.close();
   await broker?.stop();
   await upstream?.close();
-  const secrets = [KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN, adminToken, PASSWORD];
+  const secrets = [KEY_A, KEY_B, AGENT_TOKEN, BOSS_TOKEN, OPS_TOKEN, adminToken, PASSWORD];
   // No inline script in any page: the one script is a file.
   const pages = bodies.filter((b) => b.text.startsWith("<!doctype html>"));
   expect(pages.length).toBeGreaterThan(5);
@@ -410,6 +414,31 @@ describe("admin page", () => {
     await byToken.body.text();
     expect(byToken.statusCode).toBe(303);
     expect(String(byToken.headers["set-cookie"])).toMatch(/HttpOnly; SameSite=Strict; Max-Age=43200; Secure/);
+    // An admin client's session may reset marks but not reload the rules (owners only).
+    const byOps = await login(OPS_TOKEN);
+    await byOps.body.text();
+    expect(byOps.statusCode).toBe(303);
+    const opsCookie = String(byOps.headers["set-cookie"]).split(";")[0]!;
+    const actions = await request(`${base}/admin/actions`, {
+      headers: { cookie: opsCookie },
+      dispatcher: tls,
+    });
+    const actionsPage = await actions.body.text();
+    expect(actionsPage).toContain("Only an owner may do this.");
+    const csrf = /name="csrf" value="([^"]+)"/.exec(actionsPage)![1]!;
+    const change = (what: string) =>
+      request(`${base}/admin/do/${what}`, {
+        method: "POST",
+        headers: { cookie: opsCookie, origin: base, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ csrf, provider: "openai" }).toString(),
+        dispatcher: tls,
+      });
+    const reload = await change("reload");
+    expect(reload.statusCode).toBe(403);
+    expect(await reload.body.text()).toMatch(/Only an owner may do this/);
+    const reset = await change("reset");
+    await reset.body.text();
+    expect(reset.statusCode).toBe(303);
     // A user client's token does not.
     const byUser = await login(AGENT_TOKEN);
     expect(byUser.statusCode).toBe(401);
