@@ -166,7 +166,7 @@ export class AdminPage {
         return this.#serveStatic(res, path.slice(14));
       if (path === "/admin/login") {
         if (method === "POST") return await this.#login(req, res, secure);
-        return this.#loginForm(req, res, url.searchParams.get("code") ?? undefined, secure);
+        return await this.#loginForm(req, res, url.searchParams.get("code") ?? undefined, secure);
       }
       // The live parts' polling is not use: an open tab alone does not keep a session alive.
       const poll = path.startsWith("/admin/part/");
