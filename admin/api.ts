@@ -10,8 +10,8 @@ import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
 import { agentView } from "../proxy/agent-view.js";
 import { providerStatuses, type StatusReport } from "../proxy/status.js";
-import { handleApprovals, isApprovalsRoute } from "./approvals-api.js";
-import { authorizeAdmin } from "./callers.js";
+import { handleApprovals } from "./approvals-api.js";
+import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
 import type { AdminHost } from "./host.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";

@@ -11,11 +11,6 @@ import type { AdminHost } from "./host.js";
 
 const ROUTE = /^approvals(?:\/([^/]{1,64})\/(approve|deny))?$/;
 
-/** `route`: the admin API path after `/__keybroker/admin/`, without the query. */
-export function isApprovalsRoute(route: string): boolean {
-  return route === "approvals" || route.startsWith("approvals/");
-}
-
 /** `{ for: "10m" }` → milliseconds; absent → undefined. */
 function forMs(body: Record<string, unknown>): number | undefined {
   const value = body.for;

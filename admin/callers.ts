@@ -2,11 +2,10 @@
 // is the owner (the CLI); a client's own token gives that client's role. Owners may do
 // everything; admins answer approvals, read the status and reset marks; user and guest tokens
 // are refused with 403, unknown ones with 407.
-import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
+import { sameToken } from "../core/same-token.js";
 import type { Role } from "../rules/types.js";
-import { isApprovalsRoute } from "./approvals-api.js";
 import type { AdminHost } from "./host.js";
 
 export interface Caller {
@@ -15,10 +14,9 @@ export interface Caller {
   readonly by: string;
 }
 
-function sameToken(given: string, expected: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
+/** `route`: the admin API path after `/__keybroker/admin/`, without the query. */
+export function isApprovalsRoute(route: string): boolean {
+  return route === "approvals" || route.startsWith("approvals/");
 }
 
 /** Who a bearer token belongs to: the home's admin token (owner), or a client with a token. */

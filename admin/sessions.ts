@@ -2,7 +2,8 @@
 // timeout of 12 h that slides on use (the cookie keeps its value: no rotation, no expiry loop in
 // the browser), a CSRF token per session, one-time login links, and a limit on failed logins per
 // address. Sessions sit behind SessionStore, so the fleet work can keep them in Redis.
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { sameToken } from "../core/same-token.js";
 
 export const IDLE_MS = 12 * 60 * 60 * 1000;
 export const LINK_MS = 10 * 60 * 1000;
@@ -55,11 +56,7 @@ function keyOf(value: string): string {
   return createHash("sha256").update(value).digest("hex");
 }
 
-export function sameToken(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
-}
+export { sameToken };
 
 export class Sessions {
   readonly #store: SessionStore;

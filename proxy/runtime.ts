@@ -1,7 +1,7 @@
 // The broker's working view of one rule set: providers by host, placeholders, clients, and
 // which providers are active. Built once per load or reload; the request path only reads it.
-import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
+import { sameToken } from "../core/same-token.js";
 import { hostMatches } from "../rules/host-pattern.js";
 import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
@@ -202,8 +202,6 @@ export class Runtime {
     if (client === undefined) return undefined;
     if (client.rule.token === undefined) return client;
     if (client.token === undefined || password === undefined) return undefined;
-    const a = Buffer.from(client.token.reveal());
-    const b = Buffer.from(password);
-    return a.length === b.length && timingSafeEqual(a, b) ? client : undefined;
+    return sameToken(password, client.token.reveal()) ? client : undefined;
   }
 }
