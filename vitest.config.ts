@@ -1,4 +1,11 @@
+import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
+
+// Test files spend most of their time waiting on sockets, brokers and child processes, not on
+// CPU. Vitest's default (one worker per core, less one) ran them one after another on a 2-core
+// machine and left a core idle; one worker per core keeps both busy
+// (decision 57). VITEST_MAX_WORKERS still overrides it.
+const WORKERS = availableParallelism();
 
 export default defineConfig({
   test: {
@@ -6,6 +13,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: "forks",
+    maxWorkers: WORKERS,
     coverage: {
       include: [
         "admin/**",

@@ -3,6 +3,7 @@
 // The TLS handshake's own timeout is in engine.ts, where the handshake happens.
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
+import type { Socket } from "node:net";
 import type { Logger } from "../core/log.js";
 import type { Rules } from "../rules/types.js";
 
@@ -93,5 +94,36 @@ export function logRefusals(outer: Server, log: Logger, limit: () => number): vo
       "refusing new connections: limits.connections are open; existing ones are still served",
     );
     refused = 0;
+  });
+}
+
+/** Connections open at once that count as a surge worth giving memory back after. */
+export const SURGE_CONNECTIONS = 512;
+/** How long after a surge's connections closed the memory is given back: the closes come in a burst. */
+const SETTLE_MS = 1000;
+
+/**
+ * Calls `release` once a surge of connections (at least `surge` open at once) has mostly closed
+ * (three quarters of its peak), a second after the last close that got it there. Each
+ * connection left JavaScript objects (sockets, parsers, timers) that grew V8's heap, and an idle
+ * broker allocates too little to make V8 shrink it again by itself (decision 55).
+ */
+export function releaseAfterSurges(server: Server, release: () => void, surge = SURGE_CONNECTIONS): void {
+  let open = 0;
+  let peak = 0;
+  let timer: NodeJS.Timeout | undefined;
+  server.on("connection", (socket: Socket) => {
+    open++;
+    if (open > peak) peak = open;
+    socket.once("close", () => {
+      open--;
+      if (peak < surge || open > peak / 4 || timer !== undefined) return;
+      timer = setTimeout(() => {
+        timer = undefined;
+        peak = open;
+        release();
+      }, SETTLE_MS);
+      timer.unref();
+    });
   });
 }

@@ -21,6 +21,7 @@ import { BrokerError, errorResponse } from "../core/errors.js";
 import { homeKey, homePath } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
+import { releaseHeap } from "../core/v8-tuning.js";
 import { VERSION } from "../core/version.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
@@ -37,7 +38,13 @@ import { accessLogFromEnv, logAccess } from "./access-log.js";
 import { type ApprovalEvent, Approvals } from "./approvals.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { answerClientErrors, writeRawError } from "./client-errors.js";
-import { applyConnectionRules, logRefusals, serverOptions, trackConnections } from "./connection-limits.js";
+import {
+  applyConnectionRules,
+  logRefusals,
+  releaseAfterSurges,
+  serverOptions,
+  trackConnections,
+} from "./connection-limits.js";
 import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
 import type { ForwardResult } from "./forward.js";
@@ -205,6 +212,7 @@ export class Broker implements AdminHost {
     applyConnectionRules(this.#outer, this.#inner, rt.rules);
     trackConnections(this.#inner);
     logRefusals(this.#outer, opts.log, () => this.#outer.maxConnections);
+    releaseAfterSurges(this.#outer, releaseHeap);
     this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onConnect(req, socket, head),
     );
@@ -509,8 +517,9 @@ export class Broker implements AdminHost {
         refuse(new BrokerError("upstream_unreachable", `could not reach ${where}`));
       };
       const onTunnelled = () => audit();
+      const idleMs = rt.rules.timeouts.tunnelIdleMs;
       if (mapped !== undefined) {
-        tunnel(socket, head, mapped, onTunnelError, onTunnelled);
+        tunnel(socket, head, mapped, idleMs, onTunnelError, onTunnelled);
         return;
       }
       // Resolve once and connect to that address, so the check and the connection agree.
@@ -527,7 +536,7 @@ export class Broker implements AdminHost {
           );
           return;
         }
-        tunnel(socket, head, { host: address, port: dest.port }, onTunnelError, onTunnelled);
+        tunnel(socket, head, { host: address, port: dest.port }, idleMs, onTunnelError, onTunnelled);
       });
     } catch (err) {
       writeRawError(

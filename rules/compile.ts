@@ -105,6 +105,7 @@ export const DEFAULT_TIMEOUTS: Timeouts = {
   handshakeMs: 10_000,
   headersMs: 30_000,
   keepAliveMs: 60_000,
+  tunnelIdleMs: 15 * 60_000,
   upstreamMs: 30 * 60_000,
 };
 
@@ -115,6 +116,7 @@ function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
     handshakeMs: ms(t?.handshake, DEFAULT_TIMEOUTS.handshakeMs),
     headersMs: ms(t?.headers, DEFAULT_TIMEOUTS.headersMs),
     keepAliveMs: ms(t?.keep_alive, DEFAULT_TIMEOUTS.keepAliveMs),
+    tunnelIdleMs: ms(t?.tunnel_idle, DEFAULT_TIMEOUTS.tunnelIdleMs),
     upstreamMs: ms(t?.upstream, DEFAULT_TIMEOUTS.upstreamMs),
   };
 }

@@ -628,7 +628,17 @@ export const ruleFileSchema = strict({
     keep: z.number(expect("a whole number")).int("must be a whole number").min(1).max(100).optional(),
     /** Refuse to inject (503 audit_unavailable) while the audit log cannot be written. */
     require: z.boolean(expect("true or false")).optional(),
-  }).nullish(),
+  })
+    .superRefine((audit, ctx) => {
+      if (audit.require === true && audit.enabled === false) {
+        ctx.addIssue({
+          code: "custom",
+          message: "cannot require an audit log that is turned off (enabled: false): remove one of the two",
+          path: ["require"],
+        });
+      }
+    })
+    .nullish(),
   scrub: strict({
     /** Scrub echoes of the credential from responses (default true; off only for benchmarks). */
     responses: z.boolean(expect("true or false")).optional(),
@@ -638,6 +648,8 @@ export const ruleFileSchema = strict({
     handshake: positiveDuration.optional(),
     headers: positiveDuration.optional(),
     keep_alive: positiveDuration.optional(),
+    /** A plain tunnel (a host no rule names) with no byte either way for this long is closed. */
+    tunnel_idle: positiveDuration.optional(),
     upstream: positiveDuration.optional(),
   }).nullish(),
   limits: strict({

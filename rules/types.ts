@@ -233,6 +233,8 @@ export interface Timeouts {
   readonly headersMs: number;
   /** An idle keep-alive connection between requests. */
   readonly keepAliveMs: number;
+  /** A plain tunnel (a host no rule names) with no byte in either direction. */
+  readonly tunnelIdleMs: number;
   /** Upstream silence: before its response headers, and between body chunks. */
   readonly upstreamMs: number;
 }

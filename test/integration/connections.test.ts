@@ -4,7 +4,7 @@
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
-import type { TLSSocket } from "node:tls";
+import { type TLSSocket, connect as tlsConnect } from "node:tls";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
@@ -21,6 +21,7 @@ import {
 const HANDSHAKE_MS = 300;
 const HEADERS_MS = 1200;
 const KEEP_ALIVE_MS = 400;
+const TUNNEL_IDLE_MS = 700;
 /** The longest a close may take past its timeout on a loaded machine. */
 const SLACK_MS = 4000;
 const SLOW_KEY = "sk-real-slowapi-0c9e8a7b6d5f4e3d2c1b0a99";
@@ -69,7 +70,7 @@ describe("timeouts at every stage", () => {
     credentials: [SLOW_API_KEY]
     placeholder: { value: "slow-placeholder-123" }
     timeout: 700ms
-timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: ${KEEP_ALIVE_MS}ms, upstream: 20s }
+timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: ${KEEP_ALIVE_MS}ms, tunnel_idle: ${TUNNEL_IDLE_MS}ms, upstream: 20s }
 `,
     });
   });
@@ -132,6 +133,36 @@ timeouts: { handshake: ${HANDSHAKE_MS}ms, headers: ${HEADERS_MS}ms, keep_alive: 
       await openTunnel(f.broker.port, "api.openai.com", f.broker.caPath),
       "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n",
     );
+  });
+
+  it("plain tunnel (no rule names the host): closed after timeouts.tunnel_idle without traffic", async () => {
+    const socket = await connectThrough(f.broker.port, "evil.example:443");
+    const { text, afterMs } = await untilClosed(socket);
+    expect(text).toBe("");
+    expectClosedAfter(afterMs, TUNNEL_IDLE_MS);
+  });
+
+  it("plain tunnel: traffic either way keeps it open past timeouts.tunnel_idle", async () => {
+    const socket = await connectThrough(f.broker.port, "evil.example:443");
+    // TLS with the upstream itself, through the tunnel: the broker sees only bytes.
+    const tls = tlsConnect({
+      socket,
+      servername: "evil.example",
+      ca: readFileSync(f.upstream.caPath, "utf8"),
+    });
+    tls.on("error", () => {});
+    await once(tls, "secureConnect");
+    const opened = performance.now();
+    // Requests spaced at half the idle timeout, for more than twice its length.
+    for (let i = 0; i < 5; i++) {
+      await new Promise((r) => setTimeout(r, TUNNEL_IDLE_MS / 2));
+      tls.write("GET /v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n");
+      const [answer] = (await once(tls, "data")) as [Buffer];
+      expect(parseAnswer(answer.toString()).status).toBeGreaterThan(0);
+    }
+    expect(performance.now() - opened).toBeGreaterThan(2 * TUNNEL_IDLE_MS);
+    const answered = performance.now();
+    expectClosedAfter((await untilClosed(tls, answered)).afterMs, TUNNEL_IDLE_MS);
   });
 
   it("a provider's timeout answers 504 upstream_timeout; timeouts.upstream applies to the others", async () => {

@@ -5,7 +5,7 @@ import { type AddressInfo, createServer, connect as netConnect } from "node:net"
 import { join } from "node:path";
 import { connect as tlsConnect } from "node:tls";
 import { ProxyAgent, request } from "undici";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { startBroker } from "../helpers/broker.js";
 import {
   ALL_REAL,
@@ -31,13 +31,29 @@ async function fixture(opts: Parameters<typeof startFixture>[0] = {}): Promise<F
   return f;
 }
 
+/**
+ * One broker with the default rules for the tests that only send it requests (no restart, no
+ * reload): a broker start is most of such a test's time.
+ */
+let sharedFixture: Promise<Fixture> | undefined;
+function shared(): Promise<Fixture> {
+  sharedFixture ??= startFixture();
+  return sharedFixture;
+}
+afterAll(async () => {
+  if (sharedFixture === undefined) return;
+  const f = await sharedFixture;
+  await f.close();
+  expect(f.leaks()).toEqual([]);
+});
+
 function agentFor(f: Fixture, ca = readFileSync(f.broker.caPath, "utf8")): ProxyAgent {
   return new ProxyAgent({ uri: f.broker.url, requestTls: { ca } });
 }
 
 describe("routing", () => {
   it("tunnels a host without a rule untouched: the client sees the upstream's own certificate", async () => {
-    const f = await fixture();
+    const f = await shared();
     const socket = netConnect(f.broker.port, "127.0.0.1");
     await once(socket, "connect");
     // tunnel.test has no provider; resolve: maps it to the fake upstream.
@@ -63,7 +79,7 @@ describe("routing", () => {
   });
 
   it("refuses to tunnel to a loopback or private address not listed in resolve", async () => {
-    const f = await fixture();
+    const f = await shared();
     for (const target of [
       `127.0.0.1:${f.broker.port}`,
       `localhost:${f.upstream.port}`,
@@ -226,7 +242,7 @@ describe("reverse mode", () => {
   });
 
   it("mounts catalogue providers: /p/openai reaches api.openai.com with the real key", async () => {
-    const f = await fixture();
+    const f = await shared();
     const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: "Bearer anything", "content-type": "application/json" },
@@ -238,7 +254,7 @@ describe("reverse mode", () => {
   });
 
   it("answers an unknown mount with a clear 400", async () => {
-    const f = await fixture();
+    const f = await shared();
     const res = await request(`${f.broker.url}/p/nope/v1/x`);
     expect(res.statusCode).toBe(400);
     const body = (await res.body.json()) as { error: { message: string } };
@@ -350,7 +366,7 @@ describe("reloading an empty or version-less rule file", () => {
 
 describe("the listener's own endpoints", () => {
   it("refuse requests from web pages: a foreign Host (DNS rebinding), Origin or Sec-Fetch-Site", async () => {
-    const f = await fixture();
+    const f = await shared();
     const before = f.upstream.received.length;
     const url = `${f.broker.url}/p/openai/v1/chat/completions`;
     for (const headers of [

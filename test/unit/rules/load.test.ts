@@ -799,3 +799,16 @@ describe("finding and loading the rule file", () => {
     expect(() => loadRules(join(cwd, "gone.yaml"))).toThrow("cannot read the rule file: it does not exist");
   });
 });
+
+describe("audit settings", () => {
+  it("refuses require: true with the audit log turned off, naming the path", () => {
+    const err = failure("audit: { enabled: false, require: true }\n");
+    expect(err.problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      "audit.require: cannot require an audit log that is turned off (enabled: false): remove one of the two",
+    ]);
+    expect(err.message).toContain("audit.require: cannot require an audit log that is turned off");
+    // Either one alone is fine.
+    expect(parse("audit: { enabled: false }\n").audit).toMatchObject({ enabled: false, require: false });
+    expect(parse("audit: { require: true }\n").audit).toMatchObject({ enabled: true, require: true });
+  });
+});

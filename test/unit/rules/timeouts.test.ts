@@ -24,6 +24,7 @@ describe("connection timeouts and limits", () => {
       handshakeMs: 10_000,
       headersMs: 30_000,
       keepAliveMs: 60_000,
+      tunnelIdleMs: 900_000,
       upstreamMs: 1_800_000,
     });
     expect(rules.limits).toEqual({});
@@ -31,12 +32,13 @@ describe("connection timeouts and limits", () => {
 
   it("reads durations and the cap", () => {
     const rules = parse(
-      "timeouts: { handshake: 2s, headers: 500ms, keep_alive: 1m, upstream: 10m }\nlimits: { connections: 100 }\n",
+      "timeouts: { handshake: 2s, headers: 500ms, keep_alive: 1m, tunnel_idle: 2m, upstream: 10m }\nlimits: { connections: 100 }\n",
     );
     expect(rules.timeouts).toEqual({
       handshakeMs: 2000,
       headersMs: 500,
       keepAliveMs: 60_000,
+      tunnelIdleMs: 120_000,
       upstreamMs: 600_000,
     });
     expect(rules.limits).toEqual({ connections: 100 });
