@@ -16,6 +16,7 @@ export default defineConfig({
         "secrets/**",
         "audit/**",
         "core/**",
+        "metrics/**",
       ],
     },
   },

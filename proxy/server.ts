@@ -22,6 +22,8 @@ import { homeKey, homePath } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
 import { VERSION } from "../core/version.js";
+import { BrokerMetrics } from "../metrics/broker-metrics.js";
+import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
@@ -48,6 +50,7 @@ import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { Withdrawn } from "./stages/hold-for-approval.js";
 import { labelFlag } from "./stages/pick-credential.js";
+import { providerStatuses } from "./status.js";
 import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
@@ -130,6 +133,9 @@ export class Broker implements AdminHost {
   readonly #adminTls: Server | undefined;
   /** Requests per client and provider over the last 24 h, for the admin page. */
   readonly usage = new Usage();
+  /** What /metrics reports (SPEC §18), counted as things happen. */
+  readonly metrics = new BrokerMetrics();
+  readonly #metricsEndpoint: MetricsEndpoint;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
   /** Requests held by `approve` rules until a person answers them (SPEC §16). */
@@ -193,6 +199,14 @@ export class Broker implements AdminHost {
         })
       : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
+    this.#metricsEndpoint = new MetricsEndpoint({
+      metrics: this.metrics,
+      credentials: () =>
+        providerStatuses(this.#rt, this.pools.snapshot(), (id) =>
+          this.logins.members(id).map((e) => e.login),
+        ),
+      adminToken: this.#adminToken,
+    });
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage);
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
@@ -291,6 +305,7 @@ export class Broker implements AdminHost {
         });
         if (decision === "reauth_required") {
           const hint = `keybroker auth add ${login.provider}${labelFlag(login.id)}`;
+          this.metrics.loginNeedsReauth(login.provider);
           this.log.warn(
             { provider: login.provider, credential: login.id },
             `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run ${hint}`,
@@ -304,6 +319,7 @@ export class Broker implements AdminHost {
           });
         }
       },
+      onRefresh: (provider, result) => this.metrics.refreshed(provider, result),
       warn: (message) => this.log.warn(message),
     });
     this.logins.listen({
@@ -658,6 +674,10 @@ export class Broker implements AdminHost {
         void this.#adminPage.handle(req, res);
         return;
       }
+      if (isMetricsRequest(url)) {
+        void this.#metricsEndpoint.handle(req, res, () => this.#assertLocalCaller(req));
+        return;
+      }
       if (url.startsWith("/")) this.#assertLocalCaller(req);
       if (url.startsWith(ADMIN_PREFIX)) {
         void handleAdmin(this, this.#adminToken, req, res, this.#adminPage);
@@ -741,6 +761,7 @@ export class Broker implements AdminHost {
       body: undefined,
       reverseRest: t.reverseRest,
       tried: new Set(),
+      upstreamMs: 0,
     };
   }
 
@@ -806,6 +827,7 @@ export class Broker implements AdminHost {
 
   /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
   #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
+    this.metrics.request(x, decision, status, code, result);
     if (this.#accessLogEnv || x.rt.rules.accessLog) logAccess(this.log, x, decision, status, code, result);
     this.usage.count(
       x.client.rule.name,
@@ -906,6 +928,7 @@ export class Broker implements AdminHost {
   }
 
   #onPoolEvent(x: Exchange, e: PoolEvent): void {
+    this.metrics.poolEvent(e.decision, e.provider, e.credential, x.provider?.rule.id);
     this.#audit?.record({
       decision: e.decision === "fallback" ? "retried" : e.decision,
       client: x.client.rule.name,

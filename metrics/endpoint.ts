@@ -1,0 +1,103 @@
+// GET /metrics on the broker's listener (SPEC §18), in the Prometheus text format. Served to a
+// program on this machine (a loopback peer that passes the listener's local-caller check), and
+// to anyone else only with the home's admin token as a bearer token.
+import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Registry } from "prom-client";
+import { BrokerError, errorResponse } from "../core/errors.js";
+import type { ProviderStatus } from "../proxy/status.js";
+import type { BrokerMetrics } from "./broker-metrics.js";
+import { createRegistry } from "./registry.js";
+
+export const METRICS_PATH = "/metrics";
+
+export function isMetricsRequest(url: string): boolean {
+  return url === METRICS_PATH || url.startsWith(`${METRICS_PATH}?`);
+}
+
+function isLoopbackAddress(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
+  return v4.startsWith("127.") || address === "::1";
+}
+
+function sameToken(given: string, expected: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(expected);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+export interface MetricsEndpointOptions {
+  readonly metrics: BrokerMetrics;
+  /** Each provider's credentials and their states, as `status` shows them. */
+  readonly credentials: () => readonly ProviderStatus[];
+  /** The home's admin token. */
+  readonly adminToken: string;
+}
+
+export class MetricsEndpoint {
+  readonly #opts: MetricsEndpointOptions;
+  /** Made on the first scrape: a broker nobody scrapes collects nothing. */
+  #registry: Registry | undefined;
+
+  constructor(opts: MetricsEndpointOptions) {
+    this.#opts = opts;
+  }
+
+  /**
+   * Answers GET /metrics. `assertLocalCaller` is the listener's check that a tokenless request
+   * comes from a local program and not a web page (it throws a BrokerError).
+   */
+  async handle(req: IncomingMessage, res: ServerResponse, assertLocalCaller: () => void): Promise<void> {
+    try {
+      this.#authorize(req, assertLocalCaller);
+      if (req.method !== "GET" && req.method !== "HEAD") {
+        throw new BrokerError("bad_request", `${req.method} ${METRICS_PATH} is not served`, {
+          hint: `scrape it with GET ${METRICS_PATH}`,
+        });
+      }
+      this.#registry ??= createRegistry(this.#opts.metrics, () =>
+        this.#opts.credentials().map((p) => ({ provider: p.id, credentials: p.credentials })),
+      );
+      const text = await this.#registry.metrics();
+      res.writeHead(200, {
+        "content-type": this.#registry.contentType,
+        "content-length": Buffer.byteLength(text),
+        "cache-control": "no-store",
+      });
+      res.end(req.method === "HEAD" ? undefined : text);
+    } catch (err) {
+      const out = errorResponse(
+        err instanceof BrokerError ? err : new BrokerError("bad_request", "could not collect the metrics"),
+      );
+      res.writeHead(out.status, out.headers);
+      res.end(out.body);
+    }
+  }
+
+  #authorize(req: IncomingMessage, assertLocalCaller: () => void): void {
+    const header = req.headers.authorization;
+    if (header !== undefined) {
+      const given = /^Bearer (.+)$/i.exec(header)?.[1]?.trim();
+      // Where client roles come (SPEC §16), an owner or admin client's token is accepted here too.
+      if (given !== undefined && sameToken(given, this.#opts.adminToken)) return;
+      throw new BrokerError(
+        "policy_denied",
+        "the bearer token for /metrics is not this broker's admin token",
+        {
+          hint: "send Authorization: Bearer <the contents of admin.token in the broker's home>",
+        },
+      );
+    }
+    if (!isLoopbackAddress(req.socket.remoteAddress)) {
+      throw new BrokerError(
+        "policy_denied",
+        "/metrics answers programs on this machine; from elsewhere it needs the admin token",
+        {
+          hint: "send Authorization: Bearer <the contents of admin.token in the broker's home> (a Prometheus scrape config's authorization.credentials_file)",
+        },
+      );
+    }
+    assertLocalCaller();
+  }
+}

@@ -1,0 +1,303 @@
+// GET /metrics (SPEC §18): real clients make a known set of requests through a real broker
+// (successes, an upstream 5xx, a blocked exfiltration attempt, a 429 that marks a credential
+// and is retried on another), then the scrape must have moved by exactly those requests, pass
+// `promtool check metrics`, hold no secret, and be refused to a caller off this machine that
+// has no admin token.
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { networkInterfaces } from "node:os";
+import { join } from "node:path";
+import { type ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import { type Fixture, HOSTS, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
+import type { FakeUpstream } from "../helpers/upstream.js";
+
+const KEY_A = "sk-metrics-aaaaaaaaaaaaaaaaaaaaaaaa";
+const KEY_B = "sk-metrics-bbbbbbbbbbbbbbbbbbbbbbbb";
+const AGENT_TOKEN = "kb-agent-token-metrics-0123456789abcdef";
+const OK_BODY = JSON.stringify({ id: "chatcmpl-metrics", choices: [{ message: { content: "hi" } }] });
+const FAIL_BODY = JSON.stringify({ error: { type: "overloaded", message: "try later" } });
+const REQUEST_BODY = JSON.stringify({ model: "gpt-test", messages: [{ role: "user", content: "hi" }] });
+
+function rules(u: FakeUpstream): string {
+  const resolve = HOSTS.map((h) => `  "${h}:443": "127.0.0.1:${u.port}"`).join("\n");
+  return `version: 1
+upstream_ca: [${JSON.stringify(u.caPath)}]
+resolve:
+${resolve}
+providers:
+  openai:
+    credentials: [KEY_A, KEY_B]
+  anthropic:
+    credentials: [ANTHROPIC_API_KEY]
+`;
+}
+
+/** A scrape as series → value, the labels of each series sorted (their order is not the format's). */
+type Scrape = Map<string, number>;
+
+function parse(text: string): Scrape {
+  const out: Scrape = new Map();
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m) throw new Error(`not a sample line: ${line}`);
+    const labels = [...(m[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => `${l[1]}=${l[2]}`);
+    out.set(`${m[1]}{${labels.sort().join(",")}}`, Number(m[3]));
+  }
+  return out;
+}
+
+/** The series key `parse` makes. */
+function key(name: string, labels: Record<string, string> = {}): string {
+  const parts = Object.entries(labels).map(([k, v]) => `${k}=${v}`);
+  return `${name}{${parts.sort().join(",")}}`;
+}
+
+/** How much every series of `name` moved between two scrapes (series that did not move left out). */
+function moved(before: Scrape, after: Scrape, name: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of after) {
+    if (!k.startsWith(`${name}{`)) continue;
+    const d = v - (before.get(k) ?? 0);
+    if (d !== 0) out[k] = d;
+  }
+  return out;
+}
+
+async function scrape(url: string, headers: Record<string, string> = {}) {
+  const res = await request(`${url}/metrics`, { headers });
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+}
+
+let f: Fixture;
+let agent: ProxyAgent;
+let adminToken: string;
+const upstreamSeen: string[] = [];
+
+beforeAll(async () => {
+  f = await startFixture({ rules, env: { KEY_A, KEY_B } });
+  f.upstream.routes.set("POST /v1/chat/completions", (req: IncomingMessage, res: ServerResponse) => {
+    const key = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+    upstreamSeen.push(key);
+    if (key === KEY_A) {
+      res.writeHead(429, { "content-type": "application/json", "retry-after": "600" });
+      res.end(JSON.stringify({ error: { type: "insufficient_quota", message: "quota" } }));
+      return;
+    }
+    res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(OK_BODY) });
+    res.end(OK_BODY);
+  });
+  f.upstream.routes.set("POST /v1/messages", (_req: IncomingMessage, res: ServerResponse) => {
+    res.writeHead(503, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(FAIL_BODY),
+    });
+    res.end(FAIL_BODY);
+  });
+  agent = f.proxyAgent();
+  adminToken = readFileSync(join(f.home, "admin.token"), "utf8").trim();
+});
+
+afterAll(async () => {
+  await agent?.close();
+  await f?.close();
+  expect(f.leaks()).toEqual([]);
+});
+
+describe("GET /metrics", () => {
+  it("moves by exactly the requests made, passes promtool and holds no secret", async () => {
+    const first = await scrape(f.broker.url);
+    expect(first.status).toBe(200);
+    expect(first.headers["content-type"]).toMatch(/^text\/plain; version=0\.0\.4/);
+    const before = parse(first.text);
+
+    const openai = await f.placeholder("openai");
+    const anthropic = await f.placeholder("anthropic");
+    const post = async (url: string, headers: Record<string, string>) => {
+      const res = await request(url, {
+        method: "POST",
+        dispatcher: agent,
+        headers: { "content-type": "application/json", ...headers },
+        body: REQUEST_BODY,
+      });
+      return { status: res.statusCode, body: await res.body.text() };
+    };
+    const chat = () =>
+      post("https://api.openai.com/v1/chat/completions", { authorization: `Bearer ${openai}` });
+    const messages = () => post("https://api.anthropic.com/v1/messages", { "x-api-key": anthropic });
+
+    // 1: KEY_A answers 429 (marked), the request is sent again on KEY_B (a retry): 200.
+    expect(await chat()).toEqual({ status: 200, body: OK_BODY });
+    expect(upstreamSeen).toEqual([KEY_A, KEY_B]);
+    // 2, 3: straight to KEY_B.
+    expect((await chat()).status).toBe(200);
+    expect((await chat()).status).toBe(200);
+    // 4, 5: the upstream fails.
+    expect(await messages()).toEqual({ status: 503, body: FAIL_BODY });
+    expect((await messages()).status).toBe(503);
+    // 6: the openai placeholder sent to api.anthropic.com: blocked, nothing sent.
+    expect(await sendBlockedRequest(agent, openai)).toBe(403);
+    expect(upstreamSeen).toHaveLength(4);
+
+    const second = await scrape(f.broker.url);
+    expect(second.status).toBe(200);
+    const after = parse(second.text);
+    const base = { client: "default" };
+    expect(moved(before, after, "keybroker_requests_total")).toEqual({
+      [key("keybroker_requests_total", {
+        ...base,
+        provider: "openai",
+        decision: "injected",
+        status: "2xx",
+      })]: 3,
+      [key("keybroker_requests_total", {
+        ...base,
+        provider: "anthropic",
+        decision: "injected",
+        status: "5xx",
+      })]: 2,
+      [key("keybroker_requests_total", {
+        ...base,
+        provider: "anthropic",
+        decision: "blocked",
+        status: "4xx",
+      })]: 1,
+    });
+    expect(moved(before, after, "keybroker_marks_total")).toEqual({
+      [key("keybroker_marks_total", { provider: "openai", credential: "KEY_A" })]: 1,
+    });
+    expect(moved(before, after, "keybroker_retries_total")).toEqual({
+      [key("keybroker_retries_total", { provider: "openai" })]: 1,
+    });
+    expect(moved(before, after, "keybroker_fallbacks_total")).toEqual({});
+    expect(moved(before, after, "keybroker_exfiltration_blocked_total")).toEqual({
+      [key("keybroker_exfiltration_blocked_total", {
+        client: "default",
+        code: "placeholder_host_mismatch",
+      })]: 1,
+    });
+    // Bytes each way: the request bodies of the five forwarded requests (once each, however
+    // many attempts), and the answers that reached the clients.
+    const bodyBytes = Buffer.byteLength(REQUEST_BODY);
+    expect(moved(before, after, "keybroker_upstream_sent_bytes_total")).toEqual({
+      [key("keybroker_upstream_sent_bytes_total", { ...base, provider: "openai" })]: 3 * bodyBytes,
+      [key("keybroker_upstream_sent_bytes_total", { ...base, provider: "anthropic" })]: 2 * bodyBytes,
+    });
+    expect(moved(before, after, "keybroker_upstream_received_bytes_total")).toEqual({
+      [key("keybroker_upstream_received_bytes_total", { ...base, provider: "openai" })]:
+        3 * Buffer.byteLength(OK_BODY),
+      [key("keybroker_upstream_received_bytes_total", { ...base, provider: "anthropic" })]:
+        2 * Buffer.byteLength(FAIL_BODY),
+    });
+    // Both histograms saw each forwarded request once; the blocked one has no upstream time.
+    for (const name of ["keybroker_upstream_seconds", "keybroker_overhead_seconds"]) {
+      expect(moved(before, after, `${name}_count`)).toEqual({
+        [key(`${name}_count`, { provider: "openai" })]: 3,
+        [key(`${name}_count`, { provider: "anthropic" })]: 2,
+      });
+      expect(after.get(key(`${name}_bucket`, { provider: "openai", le: "+Inf" }))).toBe(3);
+      expect(after.get(key(`${name}_sum`, { provider: "openai" }))).toBeGreaterThan(0);
+    }
+    // Buckets are cumulative: never less than the one before.
+    const buckets = [...after]
+      .filter(([k]) => k.startsWith("keybroker_upstream_seconds_bucket{") && k.includes("provider=openai"))
+      .map(([, v]) => v);
+    expect(buckets.length).toBeGreaterThan(5);
+    expect([...buckets].sort((a, b) => a - b)).toEqual(buckets.slice().sort((a, b) => a - b));
+    expect(Math.max(...buckets)).toBe(3);
+
+    const state = (credential: string, s: string, provider = "openai") =>
+      after.get(key("keybroker_credential_state", { provider, credential, state: s }));
+    expect(state("KEY_A", "usage_limit_reached")).toBe(1);
+    expect(state("KEY_A", "ok")).toBe(0);
+    expect(state("KEY_B", "ok")).toBe(1);
+    expect(state("ANTHROPIC_API_KEY", "ok", "anthropic")).toBe(1);
+    expect(after.get(key("keybroker_approvals_pending"))).toBe(0);
+    expect(after.get(key("process_cpu_user_seconds_total"))).toBeGreaterThan(0);
+    expect(after.has(key("nodejs_heap_size_used_bytes"))).toBe(true);
+
+    // The real output passes Prometheus's own checker, with nothing to say.
+    const lint = spawnSync("promtool", ["check", "metrics"], { input: second.text, encoding: "utf8" });
+    expect(lint.error).toBeUndefined();
+    expect({ status: lint.status, out: lint.stdout + lint.stderr }).toEqual({ status: 0, out: "" });
+
+    // Ids only: no key, placeholder or token value in what /metrics says.
+    expect(findSecrets([KEY_A, KEY_B, adminToken, openai, anthropic], [], [first.text, second.text])).toEqual(
+      [],
+    );
+  });
+
+  it("answers the admin token, refuses a wrong one with a JSON error, and refuses web pages", async () => {
+    const ok = await scrape(f.broker.url, { authorization: `Bearer ${adminToken}` });
+    expect(ok.status).toBe(200);
+    expect(ok.text).toContain("# TYPE keybroker_requests_total counter");
+
+    const wrong = await scrape(f.broker.url, { authorization: "Bearer not-the-admin-token" });
+    expect(wrong.status).toBe(403);
+    expect(wrong.headers["x-keybroker-error"]).toBe("policy_denied");
+    const error = (JSON.parse(wrong.text) as { error: { type: string; message: string; hint: string } })
+      .error;
+    expect(error.type).toBe("policy_denied");
+    expect(error.message).toContain("admin token");
+    expect(error.hint).toContain("admin.token");
+
+    // A page in a browser (or a name rebound onto 127.0.0.1) gets nothing without a token.
+    const page = await scrape(f.broker.url, { "sec-fetch-site": "cross-site" });
+    expect(page.status).toBe(400);
+    const rebound = await request(`${f.broker.url}/metrics`, { headers: { host: "attacker.example" } });
+    expect(rebound.statusCode).toBe(400);
+    await rebound.body.text();
+
+    const post = await request(`${f.broker.url}/metrics`, { method: "POST", body: "{}" });
+    expect(post.statusCode).toBe(400);
+    expect(await post.body.text()).toContain("GET /metrics");
+  });
+});
+
+describe("GET /metrics on a listener other machines reach", () => {
+  let broker: BrokerProcess;
+  let token: string;
+  const home = tempHome();
+
+  beforeAll(async () => {
+    const config = writeConfig(
+      tempHome(),
+      `version: 1\nlisten: "0.0.0.0:0"\nclients:\n  agent: { token: KB_AGENT_TOKEN, providers: '*' }\n`,
+    );
+    broker = await startBroker({ home, config, env: { KB_AGENT_TOKEN: AGENT_TOKEN } });
+    token = readFileSync(join(home, "admin.token"), "utf8").trim();
+  });
+  afterAll(async () => {
+    await broker?.stop();
+    // The admin token belongs in admin.token, and nowhere else.
+    expect(
+      findSecrets([AGENT_TOKEN, token], [home], undefined, (file) => file.endsWith("admin.token")),
+    ).toEqual([]);
+  });
+
+  it("refuses a caller off loopback without the admin token, and serves it with the token", async () => {
+    const loopback = `http://127.0.0.1:${broker.port}`;
+    expect((await scrape(loopback)).status).toBe(200);
+    // This machine's own non-loopback address: the broker sees a peer that is not 127.0.0.1.
+    const address = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a !== undefined && a.family === "IPv4" && !a.internal)?.address;
+    // A machine with no network interface but loopback can only check the token path (below).
+    const remote = address === undefined ? loopback : `http://${address}:${broker.port}`;
+    if (address !== undefined) {
+      const refused = await scrape(remote);
+      expect(refused.status).toBe(403);
+      const error = (JSON.parse(refused.text) as { error: { type: string; message: string } }).error;
+      expect(error.type).toBe("policy_denied");
+      expect(error.message).toContain("needs the admin token");
+    }
+    // A client's proxy token is not the admin token.
+    expect((await scrape(remote, { authorization: `Bearer ${AGENT_TOKEN}` })).status).toBe(403);
+    const served = await scrape(remote, { authorization: `Bearer ${token}` });
+    expect(served.status).toBe(200);
+    expect(served.text).toContain("keybroker_requests_total");
+  });
+});
