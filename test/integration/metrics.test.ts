@@ -8,9 +8,12 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
 import { type Fixture, HOSTS, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
@@ -27,11 +30,18 @@ function rules(u: FakeUpstream): string {
 upstream_ca: [${JSON.stringify(u.caPath)}]
 resolve:
 ${resolve}
+  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
 providers:
   openai:
     credentials: [KEY_A, KEY_B]
   anthropic:
     credentials: [ANTHROPIC_API_KEY]
+  tool-oauth:
+    hosts: [tunnel.test]
+    oauth:
+      issuer: https://${AUTH_HOST}
+      client_id: app_1
+      scopes: [openid, offline_access]
 `;
 }
 
@@ -75,10 +85,17 @@ async function scrape(url: string, headers: Record<string, string> = {}) {
 let f: Fixture;
 let agent: ProxyAgent;
 let adminToken: string;
+let fake: FakeOAuth;
 const upstreamSeen: string[] = [];
 
 beforeAll(async () => {
-  f = await startFixture({ rules, env: { KEY_A, KEY_B } });
+  f = await startFixture({
+    rules: (u) => {
+      fake = installFakeOAuth(u);
+      return rules(u);
+    },
+    env: { KEY_A, KEY_B },
+  });
   f.upstream.routes.set("POST /v1/chat/completions", (req: IncomingMessage, res: ServerResponse) => {
     const key = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
     upstreamSeen.push(key);
@@ -299,5 +316,54 @@ describe("GET /metrics on a listener other machines reach", () => {
     const served = await scrape(remote, { authorization: `Bearer ${token}` });
     expect(served.status).toBe(200);
     expect(served.text).toContain("keybroker_requests_total");
+  });
+});
+
+describe("OAuth refreshes in /metrics", () => {
+  it("counts each refresh by result and the login that needs a person again", async () => {
+    // Tokens that live a second: the broker refreshes each half a second ahead of expiry.
+    fake.accessTtl = 1;
+    const t = fake.login();
+    const now = Date.now();
+    await new FileTokenStore(f.home).put({
+      provider: "tool-oauth",
+      id: "default",
+      accessToken: t.access_token,
+      refreshToken: t.refresh_token,
+      expiresAt: now + t.expires_in * 1000,
+      issuedAt: now,
+      createdAt: now,
+      generation: 1,
+      state: "ok",
+    });
+    const series = async () => parse((await scrape(f.broker.url)).text);
+    const refreshes = (s: Scrape, result: string) =>
+      s.get(key("keybroker_oauth_refreshes_total", { provider: "tool-oauth", result })) ?? 0;
+    const deadline = Date.now() + 15_000;
+    let s = await series();
+    while (refreshes(s, "ok") < 1) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await sleep(50);
+      s = await series();
+    }
+    // The user revokes the app: the next refresh is refused for good.
+    fake.revokeGrant(t.grant);
+    while ((s.get(key("keybroker_reauth_required_total", { provider: "tool-oauth" })) ?? 0) < 1) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await sleep(50);
+      s = await series();
+    }
+    expect(refreshes(s, "rejected")).toBe(1);
+    expect(refreshes(s, "failed")).toBe(0);
+    // Every refresh token the authorization server saw, and no other, is counted.
+    expect(refreshes(s, "ok") + refreshes(s, "rejected")).toBe(fake.refreshes);
+    const state = (name: string) =>
+      s.get(
+        key("keybroker_credential_state", { provider: "tool-oauth", credential: "default", state: name }),
+      );
+    expect(state("reauth_required")).toBe(1);
+    expect(state("ok")).toBe(0);
+    const text = (await scrape(f.broker.url)).text;
+    expect(findSecrets(fake.issued, [], [text])).toEqual([]);
   });
 });
