@@ -53,12 +53,7 @@ export class BrokerMetrics {
     const provider = x.provider?.rule.id ?? "";
     const client = x.client.rule.name;
     const cell = this.#cell(client, provider);
-    let byClass = cell.decisions.get(decision);
-    if (byClass === undefined) {
-      byClass = new Float64Array(STATUS_CLASSES.length);
-      cell.decisions.set(decision, byClass);
-    }
-    byClass[statusClassIndex(status)]!++;
+    this.#count(cell, decision, status);
     if (bytes !== undefined) {
       cell.bytesIn += bytes.bytesIn;
       cell.bytesOut += bytes.bytesOut;
@@ -71,6 +66,11 @@ export class BrokerMetrics {
       timing.upstream.observe(x.upstreamMs);
       timing.overhead.observe(Math.max(0, performance.now() - x.startedAt - x.upstreamMs));
     }
+  }
+
+  /** A CONNECT to a host without a provider: tunnelled, refused or failed, counted as a request. */
+  tunnel(client: string, decision: string, status: number): void {
+    this.#count(this.#cell(client, ""), decision, status);
   }
 
   /** A pool event (SPEC §7): a credential marked, a retry on another one, a fallback. */
@@ -126,6 +126,15 @@ export class BrokerMetrics {
       byProvider.set(provider, cell);
     }
     return cell;
+  }
+
+  #count(cell: TrafficCell, decision: string, status: number): void {
+    let byClass = cell.decisions.get(decision);
+    if (byClass === undefined) {
+      byClass = new Float64Array(STATUS_CLASSES.length);
+      cell.decisions.set(decision, byClass);
+    }
+    byClass[statusClassIndex(status)]!++;
   }
 
   #timingOf(provider: string): TimingCell {

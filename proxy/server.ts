@@ -500,7 +500,8 @@ export class Broker implements AdminHost {
       const where = `${target.host}:${target.port}`;
       // Audited once the outcome is known: a tunnel that never opened is not "tunnelled". A
       // refused private address is a block; an unreachable target passed through and failed.
-      const audit = (outcome?: BrokerError, refused = false) =>
+      const audit = (outcome?: BrokerError, refused = false) => {
+        this.metrics.tunnel(client.rule.name, refused ? "blocked" : "passthrough", outcome?.status ?? 200);
         this.#audit?.record({
           decision: refused ? "blocked" : "passthrough",
           client: client.rule.name,
@@ -510,6 +511,7 @@ export class Broker implements AdminHost {
           code: outcome?.code,
           reason: outcome === undefined ? "tunnelled" : `not tunnelled: ${outcome.message}`,
         });
+      };
       const refuse = (err: BrokerError, refused = false) => {
         audit(err, refused);
         writeRawError(socket, err);
