@@ -17,7 +17,8 @@ export const UPSTREAM_BOUNDS_MS = [
 const EXFILTRATION_CODES = new Set(["placeholder_host_mismatch", "host_mismatch"]);
 
 export type RefreshResult = "ok" | "failed" | "rejected";
-export type ApprovalResult = "approved" | "denied" | "timeout" | "withdrawn";
+/** How a held request ended: the audit's decisions of the same names. */
+export type ApprovalResult = "approved" | "denied" | "approval_timeout" | "withdrawn";
 
 /** Broker overhead and upstream time of the requests to one provider. */
 export interface TimingCell {
@@ -95,7 +96,7 @@ export class BrokerMetrics {
     this.reauthRequired.add([provider]);
   }
 
-  /** A request is held for approval (SPEC §16). Call approvalAnswered once for each. */
+  /** A request is held for approval (SPEC §16); approvalAnswered is called once for each. */
   approvalHeld(): void {
     this.approvalsPending++;
   }

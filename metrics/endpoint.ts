@@ -1,9 +1,10 @@
 // GET /metrics on the broker's listener (SPEC §18), in the Prometheus text format. Served to a
 // program on this machine (a loopback peer that passes the listener's local-caller check), and
-// to anyone else only with the home's admin token as a bearer token.
-import { timingSafeEqual } from "node:crypto";
+// to anyone else only with an owner or admin token as a bearer token: the home's admin token,
+// or the token of a client whose role is owner or admin.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Registry } from "prom-client";
+import type { Caller } from "../admin/callers.js";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import type { ProviderStatus } from "../proxy/status.js";
 import type { BrokerMetrics } from "./broker-metrics.js";
@@ -21,18 +22,12 @@ function isLoopbackAddress(address: string | undefined): boolean {
   return v4.startsWith("127.") || address === "::1";
 }
 
-function sameToken(given: string, expected: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
-}
-
 export interface MetricsEndpointOptions {
   readonly metrics: BrokerMetrics;
   /** Each provider's credentials and their states, as `status` shows them. */
   readonly credentials: () => readonly ProviderStatus[];
-  /** The home's admin token. */
-  readonly adminToken: string;
+  /** Who a request's bearer token belongs to (admin/callers.ts), or undefined. */
+  readonly caller: (req: IncomingMessage) => Caller | undefined;
 }
 
 export class MetricsEndpoint {
@@ -76,26 +71,23 @@ export class MetricsEndpoint {
   }
 
   #authorize(req: IncomingMessage, assertLocalCaller: () => void): void {
-    const header = req.headers.authorization;
-    if (header !== undefined) {
-      const given = /^Bearer (.+)$/i.exec(header)?.[1]?.trim();
-      // Where client roles come (SPEC §16), an owner or admin client's token is accepted here too.
-      if (given !== undefined && sameToken(given, this.#opts.adminToken)) return;
+    const hint = "send Authorization: Bearer <the contents of admin.token in the broker's home>";
+    if (req.headers.authorization !== undefined) {
+      const caller = this.#opts.caller(req);
+      if (caller?.role === "owner" || caller?.role === "admin") return;
       throw new BrokerError(
         "policy_denied",
-        "the bearer token for /metrics is not this broker's admin token",
-        {
-          hint: "send Authorization: Bearer <the contents of admin.token in the broker's home>",
-        },
+        caller === undefined
+          ? "the bearer token for /metrics is neither this broker's admin token nor a client's"
+          : `${caller.by} has the role ${caller.role}; /metrics takes an owner or admin token`,
+        { hint },
       );
     }
     if (!isLoopbackAddress(req.socket.remoteAddress)) {
       throw new BrokerError(
         "policy_denied",
-        "/metrics answers programs on this machine; from elsewhere it needs the admin token",
-        {
-          hint: "send Authorization: Bearer <the contents of admin.token in the broker's home> (a Prometheus scrape config's authorization.credentials_file)",
-        },
+        "/metrics answers programs on this machine; from elsewhere it needs the admin token or an owner or admin client's",
+        { hint: `${hint} (in a Prometheus scrape config: authorization.credentials_file)` },
       );
     }
     assertLocalCaller();

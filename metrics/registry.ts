@@ -227,7 +227,7 @@ export function createRegistry(metrics: BrokerMetrics, credentials: CredentialSo
   countsCounter(
     registry,
     "keybroker_approvals_answered_total",
-    "Held requests answered: approved, denied, timeout or withdrawn",
+    "Held requests answered: approved, denied, approval_timeout or withdrawn",
     metrics.approvalsAnswered,
   );
   return registry;

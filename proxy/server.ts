@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, ServerResponse } from 
 import type { AddressInfo, Socket } from "node:net";
 import type { Agent } from "undici";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
+import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
 import { AdminPage, isAdminPagePath } from "../admin/page.js";
 import { answerTlsOnSamePort } from "../admin/tls.js";
@@ -205,7 +206,7 @@ export class Broker implements AdminHost {
         providerStatuses(this.#rt, this.pools.snapshot(), (id) =>
           this.logins.members(id).map((e) => e.login),
         ),
-      adminToken: this.#adminToken,
+      caller: (req) => callerOf(this, this.#adminToken, req),
     });
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage);
@@ -916,6 +917,8 @@ export class Broker implements AdminHost {
         reason = `approval ${id} withdrawn: the client hung up`;
         break;
     }
+    if (e.decision === "held") this.metrics.approvalHeld();
+    else if (r.id !== undefined) this.metrics.approvalAnswered(e.decision);
     if (e.decision !== "held")
       this.log.info({ approval: id || undefined, provider: r.provider }, `${what}: ${reason}`);
     this.#audit?.record({

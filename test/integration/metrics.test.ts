@@ -20,6 +20,7 @@ import type { FakeUpstream } from "../helpers/upstream.js";
 const KEY_A = "sk-metrics-aaaaaaaaaaaaaaaaaaaaaaaa";
 const KEY_B = "sk-metrics-bbbbbbbbbbbbbbbbbbbbbbbb";
 const AGENT_TOKEN = "kb-agent-token-metrics-0123456789abcdef";
+const OPS_TOKEN = "kb-ops-token-metrics-fedcba9876543210";
 const OK_BODY = JSON.stringify({ id: "chatcmpl-metrics", choices: [{ message: { content: "hi" } }] });
 const FAIL_BODY = JSON.stringify({ error: { type: "overloaded", message: "try later" } });
 const REQUEST_BODY = JSON.stringify({ model: "gpt-test", messages: [{ role: "user", content: "hi" }] });
@@ -34,6 +35,9 @@ ${resolve}
 providers:
   openai:
     credentials: [KEY_A, KEY_B]
+    policy:
+      - approve: { method: POST, path: "/v1/held" }
+      - approve: { method: POST, path: "/v1/late", timeout: 1s }
   anthropic:
     credentials: [ANTHROPIC_API_KEY]
   tool-oauth:
@@ -88,7 +92,22 @@ let adminToken: string;
 let fake: FakeOAuth;
 const upstreamSeen: string[] = [];
 
+/** The broker of the last describe, listening on 0.0.0.0: started beside the fixture's. */
+const remoteHome = tempHome();
+let remoteStarted: Promise<BrokerProcess>;
+
 beforeAll(async () => {
+  const config = writeConfig(
+    tempHome(),
+    `version: 1\nlisten: "0.0.0.0:0"\nclients:\n  agent: { token: KB_AGENT_TOKEN, providers: '*' }\n  ops: { token: KB_OPS_TOKEN, role: admin }\n`,
+  );
+  remoteStarted = startBroker({
+    home: remoteHome,
+    config,
+    env: { KB_AGENT_TOKEN: AGENT_TOKEN, KB_OPS_TOKEN: OPS_TOKEN },
+  });
+  // Awaited by the last describe; until then a failed start must not be an unhandled rejection.
+  remoteStarted.catch(() => {});
   f = await startFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
@@ -274,24 +293,71 @@ describe("GET /metrics", () => {
   });
 });
 
+describe("approvals in /metrics", () => {
+  it("shows a held request as pending, then counts how it was answered", async () => {
+    const before = parse((await scrape(f.broker.url)).text);
+    const openai = await f.placeholder("openai");
+    const send = (path: string) =>
+      request(`https://api.openai.com${path}`, {
+        method: "POST",
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${openai}`, "content-type": "application/json" },
+        body: REQUEST_BODY,
+      }).then(async (res) => ({
+        status: res.statusCode,
+        code: res.headers["x-keybroker-error"],
+        body: await res.body.text(),
+      }));
+    const admin = { authorization: `Bearer ${adminToken}` };
+    const held = send("/v1/held");
+    let list: { id: string }[] = [];
+    while (list.length === 0) {
+      const res = await request(`${f.broker.url}/__keybroker/admin/approvals`, { headers: admin });
+      list = ((await res.body.json()) as { approvals: { id: string }[] }).approvals;
+    }
+    const pending = parse((await scrape(f.broker.url)).text);
+    expect(pending.get(key("keybroker_approvals_pending"))).toBe(1);
+    const deny = await request(`${f.broker.url}/__keybroker/admin/approvals/${list[0]!.id}/deny`, {
+      method: "POST",
+      headers: admin,
+    });
+    expect(deny.statusCode).toBe(200);
+    await deny.body.dump();
+    expect((await held).status).toBe(403);
+    // Nobody answers this one within its rule's second.
+    expect((await send("/v1/late")).code).toBe("approval_timeout");
+
+    const after = parse((await scrape(f.broker.url)).text);
+    expect(after.get(key("keybroker_approvals_pending"))).toBe(0);
+    expect(moved(before, after, "keybroker_approvals_answered_total")).toEqual({
+      [key("keybroker_approvals_answered_total", { result: "denied" })]: 1,
+      [key("keybroker_approvals_answered_total", { result: "approval_timeout" })]: 1,
+    });
+    expect(moved(before, after, "keybroker_requests_total")).toEqual({
+      [key("keybroker_requests_total", {
+        client: "default",
+        provider: "openai",
+        decision: "blocked",
+        status: "4xx",
+      })]: 2,
+    });
+  });
+});
+
 describe("GET /metrics on a listener other machines reach", () => {
   let broker: BrokerProcess;
   let token: string;
-  const home = tempHome();
+  const home = remoteHome;
 
   beforeAll(async () => {
-    const config = writeConfig(
-      tempHome(),
-      `version: 1\nlisten: "0.0.0.0:0"\nclients:\n  agent: { token: KB_AGENT_TOKEN, providers: '*' }\n`,
-    );
-    broker = await startBroker({ home, config, env: { KB_AGENT_TOKEN: AGENT_TOKEN } });
-    token = readFileSync(join(home, "admin.token"), "utf8").trim();
+    broker = await remoteStarted;
+    token = readFileSync(join(remoteHome, "admin.token"), "utf8").trim();
   });
   afterAll(async () => {
     await broker?.stop();
     // The admin token belongs in admin.token, and nowhere else.
     expect(
-      findSecrets([AGENT_TOKEN, token], [home], undefined, (file) => file.endsWith("admin.token")),
+      findSecrets([AGENT_TOKEN, OPS_TOKEN, token], [home], undefined, (file) => file.endsWith("admin.token")),
     ).toEqual([]);
   });
 
@@ -311,11 +377,16 @@ describe("GET /metrics on a listener other machines reach", () => {
       expect(error.type).toBe("policy_denied");
       expect(error.message).toContain("needs the admin token");
     }
-    // A client's proxy token is not the admin token.
-    expect((await scrape(remote, { authorization: `Bearer ${AGENT_TOKEN}` })).status).toBe(403);
-    const served = await scrape(remote, { authorization: `Bearer ${token}` });
-    expect(served.status).toBe(200);
-    expect(served.text).toContain("keybroker_requests_total");
+    // A client whose role is user may not read them; one whose role is admin may, as the owner.
+    const user = await scrape(remote, { authorization: `Bearer ${AGENT_TOKEN}` });
+    expect(user.status).toBe(403);
+    expect(user.text).toContain("client agent has the role user");
+    expect((await scrape(remote, { authorization: "Bearer no-such-token" })).status).toBe(403);
+    for (const bearer of [token, OPS_TOKEN]) {
+      const served = await scrape(remote, { authorization: `Bearer ${bearer}` });
+      expect(served.status).toBe(200);
+      expect(served.text).toContain("keybroker_requests_total");
+    }
   });
 });
 
