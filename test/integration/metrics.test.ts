@@ -13,7 +13,7 @@ import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
-import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth, storedLogin } from "../helpers/fake-oauth.js";
 import { type Fixture, HOSTS, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
@@ -395,18 +395,7 @@ describe("OAuth refreshes in /metrics", () => {
     // Tokens that live a second: the broker refreshes each half a second ahead of expiry.
     fake.accessTtl = 1;
     const t = fake.login();
-    const now = Date.now();
-    await new FileTokenStore(f.home).put({
-      provider: "tool-oauth",
-      id: "default",
-      accessToken: t.access_token,
-      refreshToken: t.refresh_token,
-      expiresAt: now + t.expires_in * 1000,
-      issuedAt: now,
-      createdAt: now,
-      generation: 1,
-      state: "ok",
-    });
+    await new FileTokenStore(f.home).put(storedLogin("tool-oauth", "default", t));
     const series = async () => parse((await scrape(f.broker.url)).text);
     const refreshes = (s: Scrape, result: string) =>
       s.get(key("keybroker_oauth_refreshes_total", { provider: "tool-oauth", result })) ?? 0;
