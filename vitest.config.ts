@@ -24,6 +24,7 @@ export default defineConfig({
         "secrets/**",
         "audit/**",
         "core/**",
+        "metrics/**",
       ],
     },
   },

@@ -62,6 +62,8 @@ export interface Exchange {
   readonly tried: Set<string>;
   /** Set by applyPolicy when an `approve` rule matched: the request waits for a person. */
   approval?: { readonly rule: PolicyRule; readonly index: number };
+  /** Milliseconds spent waiting on the upstream, summed over every attempt (for /metrics). */
+  upstreamMs: number;
 }
 
 export function originOf(x: Exchange): string {

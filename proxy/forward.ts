@@ -109,9 +109,11 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
     const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
     let controller: Dispatcher.DispatchController | undefined;
     let done = false;
+    let sentAt = 0;
     const finish = () => {
       if (done) return;
       done = true;
+      x.upstreamMs += performance.now() - sentAt;
       resolve(result);
     };
     const fail = (failure: unknown) => {
@@ -120,6 +122,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       const err = x.refusedBody ?? failure;
       if (!res.headersSent) {
         done = true;
+        x.upstreamMs += performance.now() - sentAt;
         reject(upstreamError(err, x));
       } else {
         res.destroy();
@@ -224,6 +227,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       },
     };
     const timeout = upstreamTimeoutMs(x);
+    sentAt = performance.now();
     try {
       agent.dispatch(
         {

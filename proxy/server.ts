@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, ServerResponse } from 
 import type { AddressInfo, Socket } from "node:net";
 import type { Agent } from "undici";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
+import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
 import { AdminPage, isAdminPagePath } from "../admin/page.js";
 import { answerTlsOnSamePort } from "../admin/tls.js";
@@ -23,6 +24,8 @@ import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
 import { releaseHeap } from "../core/v8-tuning.js";
 import { VERSION } from "../core/version.js";
+import { BrokerMetrics } from "../metrics/broker-metrics.js";
+import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
@@ -55,6 +58,7 @@ import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
 import { parseHostHeader } from "./stages/check-host-binding.js";
 import { Withdrawn } from "./stages/hold-for-approval.js";
 import { labelFlag } from "./stages/pick-credential.js";
+import { providerStatuses } from "./status.js";
 import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import { forwardUpgrade } from "./websocket.js";
@@ -137,6 +141,9 @@ export class Broker implements AdminHost {
   readonly #adminTls: Server | undefined;
   /** Requests per client and provider over the last 24 h, for the admin page. */
   readonly usage = new Usage();
+  /** What /metrics reports (SPEC §18), counted as things happen. */
+  readonly metrics = new BrokerMetrics();
+  readonly #metricsEndpoint: MetricsEndpoint;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
   /** Requests held by `approve` rules until a person answers them (SPEC §16). */
@@ -200,6 +207,14 @@ export class Broker implements AdminHost {
         })
       : undefined;
     this.#adminToken = loadOrCreateAdminToken(opts.home);
+    this.#metricsEndpoint = new MetricsEndpoint({
+      metrics: this.metrics,
+      credentials: () =>
+        providerStatuses(this.#rt, this.pools.snapshot(), (id) =>
+          this.logins.members(id).map((e) => e.login),
+        ),
+      caller: (req) => callerOf(this, this.#adminToken, req),
+    });
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage);
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
@@ -299,6 +314,7 @@ export class Broker implements AdminHost {
         });
         if (decision === "reauth_required") {
           const hint = `keybroker auth add ${login.provider}${labelFlag(login.id)}`;
+          this.metrics.loginNeedsReauth(login.provider);
           this.log.warn(
             { provider: login.provider, credential: login.id },
             `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run ${hint}`,
@@ -312,6 +328,7 @@ export class Broker implements AdminHost {
           });
         }
       },
+      onRefresh: (provider, result) => this.metrics.refreshed(provider, result),
       warn: (message) => this.log.warn(message),
     });
     this.logins.listen({
@@ -492,7 +509,8 @@ export class Broker implements AdminHost {
       const where = `${target.host}:${target.port}`;
       // Audited once the outcome is known: a tunnel that never opened is not "tunnelled". A
       // refused private address is a block; an unreachable target passed through and failed.
-      const audit = (outcome?: BrokerError, refused = false) =>
+      const audit = (outcome?: BrokerError, refused = false) => {
+        this.metrics.tunnel(client.rule.name, refused ? "blocked" : "passthrough", outcome?.status ?? 200);
         this.#audit?.record({
           decision: refused ? "blocked" : "passthrough",
           client: client.rule.name,
@@ -502,6 +520,7 @@ export class Broker implements AdminHost {
           code: outcome?.code,
           reason: outcome === undefined ? "tunnelled" : `not tunnelled: ${outcome.message}`,
         });
+      };
       const refuse = (err: BrokerError, refused = false) => {
         audit(err, refused);
         writeRawError(socket, err);
@@ -667,6 +686,10 @@ export class Broker implements AdminHost {
         void this.#adminPage.handle(req, res);
         return;
       }
+      if (isMetricsRequest(url)) {
+        void this.#metricsEndpoint.handle(req, res, () => this.#assertLocalCaller(req));
+        return;
+      }
       if (url.startsWith("/")) this.#assertLocalCaller(req);
       if (url.startsWith(ADMIN_PREFIX)) {
         void handleAdmin(this, this.#adminToken, req, res, this.#adminPage);
@@ -750,6 +773,7 @@ export class Broker implements AdminHost {
       body: undefined,
       reverseRest: t.reverseRest,
       tried: new Set(),
+      upstreamMs: 0,
     };
   }
 
@@ -815,6 +839,7 @@ export class Broker implements AdminHost {
 
   /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
   #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
+    this.metrics.request(x, decision, status, code, result);
     if (this.#accessLogEnv || x.rt.rules.accessLog) logAccess(this.log, x, decision, status, code, result);
     this.usage.count(
       x.client.rule.name,
@@ -901,6 +926,8 @@ export class Broker implements AdminHost {
         reason = `approval ${id} withdrawn: the client hung up`;
         break;
     }
+    if (e.decision === "held") this.metrics.approvalHeld();
+    else if (r.id !== undefined) this.metrics.approvalAnswered(e.decision);
     if (e.decision !== "held")
       this.log.info({ approval: id || undefined, provider: r.provider }, `${what}: ${reason}`);
     this.#audit?.record({
@@ -915,6 +942,7 @@ export class Broker implements AdminHost {
   }
 
   #onPoolEvent(x: Exchange, e: PoolEvent): void {
+    this.metrics.poolEvent(e.decision, e.provider, e.credential, x.provider?.rule.id);
     this.#audit?.record({
       decision: e.decision === "fallback" ? "retried" : e.decision,
       client: x.client.rule.name,

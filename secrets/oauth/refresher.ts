@@ -52,6 +52,8 @@ export interface RefresherOptions {
   readonly client: (provider: string) => OAuthClient | undefined;
   readonly rule: (provider: string) => ProviderRule | undefined;
   readonly onEvent: (decision: "refreshed" | "reauth_required", login: StoredLogin, detail?: string) => void;
+  /** Each refresh token sent, by result: ok, failed (tried again later), rejected (permanently). */
+  readonly onRefresh?: (provider: string, result: "ok" | "failed" | "rejected") => void;
   readonly warn: (message: string) => void;
 }
 
@@ -152,8 +154,10 @@ export class Refresher {
           tokens = await client.refresh(current.refreshToken);
         } catch (err) {
           if (err instanceof OAuthServerError && PERMANENT.has(err.error)) {
+            this.#opts.onRefresh?.(provider, "rejected");
             return this.#giveUp(sending, err.error);
           }
+          this.#opts.onRefresh?.(provider, "failed");
           const reason =
             err instanceof OAuthEndpointError || err instanceof OAuthServerError ? err.message : String(err);
           this.#opts.warn(`refreshing the login ${provider}/${id} failed, will try again: ${reason}`);
@@ -163,6 +167,7 @@ export class Refresher {
           }
           throw new RefreshFailed(reason, false);
         }
+        this.#opts.onRefresh?.(provider, "ok");
         const now = Date.now();
         const next: StoredLogin = {
           provider,

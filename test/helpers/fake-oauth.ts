@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { type Dispatcher, request } from "undici";
+import type { StoredLogin } from "../../secrets/oauth/login.js";
 import type { FakeUpstream } from "./upstream.js";
 
 export const AUTH_HOST = "auth.example.com";
@@ -265,6 +266,26 @@ export function oauthRules(u: FakeUpstream, oauthExtra = ""): string {
       client_id: app_1
       scopes: [openid, offline_access]
 ${oauthExtra}`;
+}
+
+/** A login made by the fake (`fake.login()`), as `auth add` stores it, issued now. */
+export function storedLogin(
+  provider: string,
+  id: string,
+  t: { access_token: string; refresh_token: string; expires_in: number },
+): StoredLogin {
+  const now = Date.now();
+  return {
+    provider,
+    id,
+    accessToken: t.access_token,
+    refreshToken: t.refresh_token,
+    expiresAt: now + t.expires_in * 1000,
+    issuedAt: now,
+    createdAt: now,
+    generation: 1,
+    state: "ok",
+  };
 }
 
 /** A chat request through the broker with the agent's placeholder, as an OAuth provider's agent sends it. */

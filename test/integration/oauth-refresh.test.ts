@@ -6,10 +6,15 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ProxyAgent } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { FileTokenStore } from "../../secrets/oauth/token-store.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome } from "../helpers/broker.js";
-import { chatThroughBroker, type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
+import {
+  chatThroughBroker,
+  type FakeOAuth,
+  installFakeOAuth,
+  oauthRules,
+  storedLogin,
+} from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
@@ -43,19 +48,7 @@ async function setup(topLevel = "") {
   const store = new FileTokenStore(f.home);
   const addLogin = async (id: string) => {
     const t = fake.login();
-    const now = Date.now();
-    const login: StoredLogin = {
-      provider: "codex-oauth",
-      id,
-      accessToken: t.access_token,
-      refreshToken: t.refresh_token,
-      expiresAt: now + t.expires_in * 1000,
-      issuedAt: now,
-      createdAt: now,
-      generation: 1,
-      state: "ok",
-    };
-    await store.put(login);
+    await store.put(storedLogin("codex-oauth", id, t));
     return t.grant;
   };
   const call = (agent: ProxyAgent) => chatThroughBroker(agent, placeholder);
