@@ -165,7 +165,7 @@ function headerLines(report: StatusReport): string[] {
 /** `state: home`, `state: redis://… ok`, or `state: degraded since …`. */
 function stateLine(s: StateHealth): string {
   if (s.store === "home") return "state: home (this machine's brokers only)";
-  const where = `${s.url} prefix ${s.prefix}`;
+  const where = `${s.url}, prefix "${s.prefix}"`;
   return s.degradedSince === undefined
     ? `state: ${where} ok`
     : `state: degraded since ${s.degradedSince} (${where}: ${s.error ?? "unreachable"}); serving from memory`;

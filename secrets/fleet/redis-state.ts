@@ -17,7 +17,7 @@ import type { SharedState, SharedStateOptions, StateHealth } from "./shared-stat
 import { TokenCipher } from "./token-cipher.js";
 
 /** No command waits longer than this: a slow Redis counts as down. */
-const COMMAND_TIMEOUT_MS = 1_000;
+const COMMAND_TIMEOUT_MS = 2_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 /** Reconnect attempts back off from 50 ms to this. */
 const MAX_BACKOFF_MS = 1_000;
