@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminTokenPath } from "../../proxy/admin.js";
+import { adminTokenPath } from "../../admin/api.js";
 import { formatStatus, type StatusReport } from "../../proxy/status.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
