@@ -140,6 +140,26 @@ describe("fleet state on Redis", () => {
     ).rejects.toThrow(/held by another broker/);
   });
 
+  it("Redis slow (every client paused): commands time out instead of hanging, and the state says degraded", async () => {
+    const warnings: string[] = [];
+    const a = await open(KEY, "t:", warnings);
+    await raw.call("CLIENT", "PAUSE", "4000", "ALL");
+    const started = Date.now();
+    await expect(
+      a.tokens.withRefreshLock(
+        "p-oauth",
+        "slow",
+        { staleMs: 10_000, waitMs: 10_000 },
+        async () => "refreshed",
+      ),
+    ).rejects.toThrow(/did not answer/);
+    // The command timeout (2 s), not the lock's 10 s wait (a bound, not a speed measurement).
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(a.health().degradedSince).toBeDefined();
+    await until(() => a.health().degradedSince === undefined, "the recovery after the pause", 15_000);
+    expect(warnings.filter((w) => w.includes("unreachable"))).toHaveLength(1);
+  });
+
   it("Redis down: commands fail at once, the state says degraded, and it recovers", async () => {
     const warnings: string[] = [];
     const a = await open(KEY, "t:", warnings);
