@@ -54,6 +54,17 @@ async function until(check: () => boolean | Promise<boolean>, what: string, ms =
   }
 }
 
+/** Taking the refresh lock fails (rather than waiting out its 10 s, or refreshing without it). */
+async function refreshRefused(state: RedisState, id: string): Promise<void> {
+  const lock = state.tokens.withRefreshLock(
+    "p-oauth",
+    id,
+    { staleMs: 10_000, waitMs: 10_000 },
+    async () => "refreshed",
+  );
+  await expect(lock).rejects.toThrow(/did not answer/);
+}
+
 beforeAll(async () => {
   server = await startRedis({ password: PASSWORD });
   raw = new Redis(server.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
@@ -145,14 +156,7 @@ describe("fleet state on Redis", () => {
     const a = await open(KEY, "t:", warnings);
     await raw.call("CLIENT", "PAUSE", "4000", "ALL");
     const started = Date.now();
-    await expect(
-      a.tokens.withRefreshLock(
-        "p-oauth",
-        "slow",
-        { staleMs: 10_000, waitMs: 10_000 },
-        async () => "refreshed",
-      ),
-    ).rejects.toThrow(/did not answer/);
+    await refreshRefused(a, "slow");
     // The command timeout (2 s), not the lock's 10 s wait (a bound, not a speed measurement).
     expect(Date.now() - started).toBeLessThan(8_000);
     expect(a.health().degradedSince).toBeDefined();
@@ -169,14 +173,7 @@ describe("fleet state on Redis", () => {
     await server.stop();
     await until(() => a.health().degradedSince !== undefined, "the degraded state");
     const started = Date.now();
-    await expect(
-      a.tokens.withRefreshLock(
-        "p-oauth",
-        "outage",
-        { staleMs: 10_000, waitMs: 10_000 },
-        async () => "refreshed",
-      ),
-    ).rejects.toThrow(/did not answer/);
+    await refreshRefused(a, "outage");
     await expect(a.tokens.get("p-oauth", "outage")).rejects.toThrow(/did not answer/);
     // Fast, not a hang: far below the lock's wait (a bound, not a speed measurement).
     expect(Date.now() - started).toBeLessThan(5_000);

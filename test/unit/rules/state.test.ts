@@ -1,20 +1,10 @@
 // `state:` in the rule file (SPEC §17): a redis:// or rediss:// URL, or { url, password, prefix },
 // checked at load with errors that name the path; a password never sits in the URL.
 import { describe, expect, it } from "vitest";
-import { RuleFileError } from "../../../rules/errors.js";
-import { parseRules } from "../../../rules/load.js";
+import { parseSnippet, snippetProblems } from "../../helpers/rules.js";
 
-const parse = (text: string) => parseRules(`version: 1\n${text}`, "test.yaml", "/etc/kb");
-
-function problems(text: string) {
-  try {
-    parse(text);
-  } catch (err) {
-    if (err instanceof RuleFileError) return err.problems.map((p) => `${p.path}: ${p.message}`);
-    throw err;
-  }
-  throw new Error("expected the rule file to be rejected");
-}
+const parse = parseSnippet;
+const problems = snippetProblems;
 
 describe("state:", () => {
   it("defaults to the home, and reads a URL or a map", () => {
