@@ -152,7 +152,7 @@ function headerLines(report: StatusReport): string[] {
       ? "CA: none yet (keybroker init or keybroker start creates it)"
       : `CA ${report.ca.path} ${report.ca.fingerprint}`,
     `rules: ${report.rules}`,
-    ...(report.state === undefined ? [] : [stateLine(report.state)]),
+    ...(report.state === undefined || report.state.store === "home" ? [] : [stateLine(report.state)]),
     ...(report.audit ?? []).map((a) =>
       a.writing
         ? `audit: ${a.file} writing${a.lost > 0 ? ` (${a.lost} event(s) lost, gap line pending)` : ""}`
@@ -162,9 +162,8 @@ function headerLines(report: StatusReport): string[] {
   return lines;
 }
 
-/** `state: home`, `state: redis://… ok`, or `state: degraded since …`. */
+/** A fleet broker's `state: redis://… ok`, or `state: degraded since …` (nothing for the home). */
 function stateLine(s: StateHealth): string {
-  if (s.store === "home") return "state: home (this machine's brokers only)";
   const where = `${s.url}, prefix "${s.prefix}"`;
   return s.degradedSince === undefined
     ? `state: ${where} ok`

@@ -11,17 +11,12 @@ import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
 import { formatStatus, type StatusReport } from "../../proxy/status.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
-import {
-  type BrokerProcess,
-  cliAsync,
-  findSecrets,
-  startBroker,
-  tempHome,
-  writeConfig,
-} from "../helpers/broker.js";
+import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
@@ -58,14 +53,15 @@ async function until<T>(check: () => Promise<T | undefined | false>, what: strin
   }
 }
 
-/** The broker's status report, from the admin API that `status --json` reads. */
-async function status(i: number): Promise<StatusReport> {
+/** A broker's admin API, which `status --json` and `env` read. */
+async function admin<T>(i: number, action: string): Promise<T> {
   const token = readFileSync(adminTokenPath(homes[i]!), "utf8").trim();
-  const res = await request(`${brokers[i]!.url}/__keybroker/admin/status`, {
+  const res = await request(`${brokers[i]!.url}/__keybroker/admin/${action}`, {
     headers: { authorization: `Bearer ${token}` },
   });
-  return (await res.body.json()) as StatusReport;
+  return (await res.body.json()) as T;
 }
+const status = (i: number) => admin<StatusReport>(i, "status");
 
 function credential(s: StatusReport, provider: string, id: string) {
   return s.providers.find((p) => p.id === provider)?.credentials.find((c) => c.id === id);
@@ -196,21 +192,22 @@ providers:
 `,
   );
   const env = { POOL_KEY_A: KEYS.A, POOL_KEY_B: KEYS.B, POOL_KEY_C: KEYS.C, KB_REDIS_PASSWORD: PASSWORD };
+  // The first home's CA and home key, made as `keybroker init` makes them; every broker of a
+  // fleet gets a copy of both (README: Running a fleet). The three then start at once.
   homes.push(tempHome());
-  brokers.push(await startBroker({ home: homes[0]!, config, env }));
-  // Every broker of a fleet has the first one's CA and home key (README: Running a fleet).
+  loadOrCreateCa(homes[0]!);
+  homeKey(homes[0]!);
   for (let i = 1; i < 3; i++) {
     const home = tempHome();
     cpSync(join(homes[0]!, "ca"), join(home, "ca"), { recursive: true });
     cpSync(join(homes[0]!, "home.key"), join(home, "home.key"));
     homes.push(home);
   }
-  brokers.push(...(await Promise.all(homes.slice(1).map((home) => startBroker({ home, config, env })))));
+  brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
   for (const b of brokers)
     agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
-  vars = JSON.parse(
-    (await cliAsync(["env", "--format", "json", "--home", homes[2]!, "--config", config])).stdout,
-  );
+  // The third broker's placeholders serve on all three: the copied home key makes them agree.
+  vars = (await admin<{ placeholders: Record<string, string> }>(2, "agent?client=default")).placeholders;
   state = await RedisState.open(
     { kind: "redis", url: redis.url, password: "env:P", prefix: PREFIX },
     {
