@@ -164,6 +164,23 @@ describe("fleet state on Redis", () => {
     expect(warnings.filter((w) => w.includes("unreachable"))).toHaveLength(1);
   });
 
+  it("a store opened while Redis is unreachable opens degraded within its connect timeout", async () => {
+    const warnings: string[] = [];
+    const down = await RedisState.open(
+      { kind: "redis", url: "redis://127.0.0.1:1/0", prefix: "t:" },
+      {
+        home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
+        homeKey: KEY,
+        resolve: async () => undefined,
+        log: { warn: (m) => warnings.push(m), info: () => {} },
+      },
+    );
+    opened.push(down);
+    expect(down.health().degradedSince).toBeDefined();
+    await expect(down.tokens.list()).rejects.toThrow(/did not answer/);
+    expect(warnings).toHaveLength(1);
+  });
+
   it("Redis down: commands fail at once, the state says degraded, and it recovers", async () => {
     const warnings: string[] = [];
     const a = await open(KEY, "t:", warnings);
