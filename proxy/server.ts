@@ -233,7 +233,7 @@ export class Broker implements AdminHost {
     const rt = await Broker.#buildRuntime(opts, opts.rules);
     const shared = await openSharedState(opts.rules, {
       home: opts.home,
-      homeKey: homeKey(opts.home),
+      homeKey: () => homeKey(opts.home),
       resolve: async (ref) => (await rt.resolver.resolve(ref)).secret?.reveal(),
       log: { warn: (m) => opts.log.warn(m), info: (m) => opts.log.info(m) },
     });

@@ -121,6 +121,8 @@ export class RedisState implements SharedState {
   /** Set whenever the copies may have drifted apart: at start, after an outage, on a new subscriber. */
   #needSync = true;
   #closed = false;
+  /** Marks and resets on their way to Redis. */
+  readonly #sending = new Set<Promise<void>>();
 
   private constructor(config: RedisStateConfig, password: string | undefined, opts: SharedStateOptions) {
     this.#config = config;
@@ -148,7 +150,7 @@ export class RedisState implements SharedState {
     this.#redis.on("ready", () => this.#sync());
     this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
     this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
-    this.tokens = new RedisTokenStore(this.#redis, this.#keys, new TokenCipher(opts.homeKey), {
+    this.tokens = new RedisTokenStore(this.#redis, this.#keys, new TokenCipher(opts.homeKey()), {
       self: this.#self,
       onError: (err) => this.#degrade(err.message),
     });
@@ -193,11 +195,21 @@ export class RedisState implements SharedState {
   attachPools(pools: PoolState): void {
     this.#pools = pools;
     pools.mirrorTo({
-      mark: (provider, id, mark) => void this.#sendMark(provider, id, mark),
-      reset: (provider, id) => void this.#sendReset(provider, id),
+      mark: (provider, id, mark) => this.#track(this.#sendMark(provider, id, mark)),
+      reset: (provider, id) => this.#track(this.#sendReset(provider, id)),
     });
     this.#needSync = true;
     this.#sync();
+  }
+
+  #track(sending: Promise<void>): void {
+    this.#sending.add(sending);
+    void sending.finally(() => this.#sending.delete(sending));
+  }
+
+  async settled(): Promise<void> {
+    await this.#syncing;
+    await Promise.all(this.#sending);
   }
 
   attachLogins(held: () => readonly StoredLogin[]): void {

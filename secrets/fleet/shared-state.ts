@@ -26,6 +26,8 @@ export interface SharedState {
   /** The logins the broker holds, to publish again to a store that lost them. */
   attachLogins(held: () => readonly StoredLogin[]): void;
   health(): StateHealth;
+  /** Resolves once every change made so far has been sent to the store (or failed to be). */
+  settled(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -49,12 +51,15 @@ export class HomeState implements SharedState {
     return { store: "home" };
   }
 
+  async settled(): Promise<void> {}
+
   async close(): Promise<void> {}
 }
 
 export interface SharedStateOptions {
   readonly home: string;
-  readonly homeKey: Buffer;
+  /** The home key (read, or made, only for a fleet store: tokens are sealed with it). */
+  readonly homeKey: () => Buffer;
   /** Resolves a credential reference (the Redis password); undefined when it has no value. */
   readonly resolve: (ref: string) => Promise<string | undefined>;
   readonly log: {

@@ -21,7 +21,7 @@ async function open(homeKey = KEY, prefix = "t:", warnings: string[] = []) {
     { kind: "redis", url: server.url, password: "env:PW", prefix },
     {
       home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
-      homeKey,
+      homeKey: () => homeKey,
       resolve: async (ref) => (ref === "env:PW" ? PASSWORD : undefined),
       log: { warn: (m) => warnings.push(m), info: () => {} },
     },
@@ -170,7 +170,7 @@ describe("fleet state on Redis", () => {
       { kind: "redis", url: "redis://127.0.0.1:1/0", prefix: "t:" },
       {
         home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
-        homeKey: KEY,
+        homeKey: () => KEY,
         resolve: async () => undefined,
         log: { warn: (m) => warnings.push(m), info: () => {} },
       },

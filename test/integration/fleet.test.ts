@@ -16,7 +16,14 @@ import { homeKey } from "../../core/home.js";
 import { formatStatus, type StatusReport } from "../../proxy/status.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
-import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
+import {
+  type BrokerProcess,
+  cliAsync,
+  findSecrets,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
 import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
@@ -212,7 +219,7 @@ providers:
     { kind: "redis", url: redis.url, password: "env:P", prefix: PREFIX },
     {
       home: homes[0]!,
-      homeKey: Buffer.from(readFileSync(join(homes[0]!, "home.key"), "utf8").trim(), "base64"),
+      homeKey: () => Buffer.from(readFileSync(join(homes[0]!, "home.key"), "utf8").trim(), "base64"),
       resolve: async () => PASSWORD,
       log: { warn: () => {}, info: () => {} },
     },
@@ -364,7 +371,15 @@ describe("three brokers on one Redis", () => {
     stop = true;
     const statuses = await background;
     expect(statuses.length).toBeGreaterThan(0);
-    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    // On a failure, the brokers' lines about it say whether Redis had anything to do with it.
+    const said = () =>
+      brokers.flatMap((b) =>
+        (b.stdout() + b.stderr()).split("\n").filter((l) => /upstream|reach|50\d/.test(l)),
+      );
+    expect(
+      statuses.filter((s) => s !== 200),
+      said().join("\n"),
+    ).toEqual([]);
     // The empty Redis got back both marks and both logins; the mark made on one broker reached the others.
     const marks = await until(async () => {
       const m = await raw.hgetall(`${PREFIX}marks`);
@@ -390,4 +405,24 @@ describe("three brokers on one Redis", () => {
     }
     expect(await redisLeaks()).toEqual([]);
   }, 60_000);
+
+  it("auth reset on a machine without a running broker clears the mark for the whole fleet", async () => {
+    const operator = tempHome();
+    cpSync(join(homes[0]!, "home.key"), join(operator, "home.key"));
+    homes.push(operator);
+    const r = await cliAsync(
+      ["auth", "reset", "pooled", "--credential", "POOL_KEY_B", "--home", operator, "--config", config],
+      {
+        env: { KB_REDIS_PASSWORD: PASSWORD },
+      },
+    );
+    expect(r.stdout).toContain("pooled: cleared POOL_KEY_B");
+    expect(await raw.hget(`${PREFIX}marks`, JSON.stringify(["pooled", "POOL_KEY_B"]))).toBeNull();
+    for (const i of [0, 1, 2])
+      await until(
+        async () => credential(await status(i), "pooled", "POOL_KEY_B")?.state === "ok",
+        `the reset on broker ${i + 1}`,
+      );
+    expect(credential(await status(1), "pooled", "POOL_KEY_A")?.state).toBe("usage_limit_reached");
+  });
 });
