@@ -78,6 +78,7 @@ export function statusReport(broker: AdminHost): StatusReport {
     ca: { path: broker.ca.certPath, fingerprint: broker.ca.fingerprint256 },
     rules: broker.runtime.rules.origin,
     audit: broker.auditHealth(),
+    state: broker.sharedState.health(),
     providers: providerStatuses(broker.runtime, broker.pools.snapshot(), (id) =>
       broker.logins.members(id).map((e) => e.login),
     ),

@@ -4,6 +4,7 @@
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import type { Approvals } from "../proxy/approvals.js";
 import type { Runtime } from "../proxy/runtime.js";
+import type { SharedState } from "../secrets/fleet/shared-state.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import type { PoolState } from "../secrets/pool.js";
@@ -19,6 +20,8 @@ export interface AdminHost {
   readonly logins: OAuthLogins;
   /** Requests held by `approve` rules: list, approve, deny, and a change event for live views. */
   readonly approvals: Approvals;
+  /** Where marks and logins are shared (the home, or a fleet's Redis), for `status`. */
+  readonly sharedState: Pick<SharedState, "health">;
   /** When the last reload was rejected, and why. */
   readonly reloadRejected: { readonly at: Date; readonly message: string } | undefined;
   auditHealth(): AuditHealth[];

@@ -2,6 +2,7 @@
 // folder, then `node dist/cli/main.js start --home H --config F --port 0`, the port taken from
 // the line `keybroker listening on http://127.0.0.1:PORT · CA H/ca/ca.pem`.
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { BENCH_DOMAIN, makeUpstreamCerts } from "./certs.mjs";
@@ -151,4 +152,37 @@ export async function startBroker({ dir, home, name, upstream, wildHosts, varian
     logFile,
     stop: () => stopChild(child),
   };
+}
+
+/**
+ * A redis-server for the `fleet-redis` variant (state: redis://): a free loopback port, its own
+ * folder, nothing saved. Resolves `{url, stop}`.
+ */
+export async function startRedis(dir) {
+  const probe = net.createServer().listen(0, "127.0.0.1");
+  await new Promise((resolve) => probe.once("listening", resolve));
+  const port = probe.address().port;
+  await new Promise((resolve) => probe.close(resolve));
+  const folder = path.join(dir, "redis");
+  fs.mkdirSync(folder, { recursive: true });
+  const { child } = await startChild({
+    name: "redis-server",
+    cmd: "redis-server",
+    args: [
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      folder,
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+    ],
+    env: process.env,
+    logFile: path.join(dir, "redis.log"),
+    ready: (line) => (line.includes("Ready to accept connections") ? true : null),
+  });
+  return { url: `redis://127.0.0.1:${port}/0`, stop: () => stopChild(child) };
 }

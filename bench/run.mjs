@@ -32,7 +32,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { BROKER_MAIN, startBroker, startUpstream } from "./broker.mjs";
+import { BROKER_MAIN, startBroker, startRedis, startUpstream } from "./broker.mjs";
 import { BENCH_DOMAIN } from "./certs.mjs";
 import { checkRun, InvalidRunError, makeControl, makeTarget } from "./client.mjs";
 import { cpuSeconds, machineCpu, memoryMiB, startChild, stopAll, stopChild } from "./procs.mjs";
@@ -380,6 +380,9 @@ async function main() {
       });
     } else {
       const running = [];
+      // The fleet variant's Redis, started only when it runs.
+      const redis = variants.some((v) => v.redis) ? await startRedis(tmpDir) : undefined;
+      for (const v of variants) if (v.redis) v.top = `state: ${redis.url}`;
       for (const variant of variants) {
         try {
           const broker = await brokerFor(`variant-${variant.name}`, variant);
@@ -423,6 +426,7 @@ async function main() {
         });
         await v.broker.stop();
       }
+      await redis?.stop();
     }
   }
 

@@ -79,6 +79,16 @@ export const VARIANTS = [
     env: { KEYBROKER_V8_FLAGS: V8_FLAGS.filter((f) => f !== "--liftoff-only").join(" ") },
     note: "without --liftoff-only",
   },
+  // Fleet mode (SPEC §17): marks and logins on Redis, the request path still in memory.
+  // bench/run.mjs starts a redis-server for it and writes its URL into `top`.
+  {
+    name: "fleet-redis",
+    optIn: true,
+    redis: true,
+    top: "",
+    provider: "",
+    note: "state: redis:// on a local redis-server",
+  },
   // glibc's malloc: 16 KiB blocks (OpenSSL's record buffers) in their own mappings. Less memory
   // per idle connection, one page fault more per request (docs/performance.md).
   {

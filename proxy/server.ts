@@ -29,10 +29,10 @@ import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
+import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
-import { FileTokenStore } from "../secrets/oauth/token-store.js";
 import { PoolState } from "../secrets/pool.js";
 import { mayMark } from "../secrets/quota.js";
 import { fingerprintOf } from "../secrets/secret.js";
@@ -153,13 +153,15 @@ export class Broker implements AdminHost {
   readonly #refresher: Refresher;
   /** `notify: "cmd:…"`: told of events that need a person (SPEC §16). */
   readonly notifier: Notifier;
+  /** Where marks and logins are shared: the home, or a fleet's Redis (SPEC §17). */
+  readonly sharedState: SharedState;
   /** KEYBROKER_ACCESS_LOG, read once; the rule file's `log.access` is read per rule set. */
   readonly #accessLogEnv: boolean;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();
 
-  private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime) {
+  private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime, shared: SharedState) {
     this.#opts = opts;
     this.#accessLogEnv = accessLogFromEnv(opts.env ?? process.env);
     this.home = opts.home;
@@ -173,7 +175,8 @@ export class Broker implements AdminHost {
       warn: (message) => opts.log.warn(message),
       env: opts.env ?? process.env,
     });
-    this.logins = new OAuthLogins(new FileTokenStore(opts.home), {
+    this.sharedState = shared;
+    this.logins = new OAuthLogins(shared.tokens, {
       // A login replaced by a new `auth add` starts without the old one's marks.
       onReplaced: (provider, id) => this.pools.reset(provider, id),
       warn: (message) => opts.log.warn(message),
@@ -190,6 +193,8 @@ export class Broker implements AdminHost {
     this.approvals = new Approvals({ onEvent: (e) => this.#onApprovalEvent(e) });
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true, this.approvals);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
+    shared.attachPools(this.pools);
+    shared.attachLogins(() => this.logins.all());
     const { audit } = rt.rules;
     this.#audit = audit.enabled
       ? new AuditTrail(opts.home, {
@@ -249,8 +254,20 @@ export class Broker implements AdminHost {
   static async create(opts: BrokerOptions): Promise<Broker> {
     const ca = loadOrCreateCa(opts.home);
     const rt = await Broker.#buildRuntime(opts, opts.rules);
-    const broker = new Broker(opts, ca, rt);
-    await broker.logins.open();
+    const shared = await openSharedState(opts.rules, {
+      home: opts.home,
+      homeKey: () => homeKey(opts.home),
+      resolve: async (ref) => (await rt.resolver.resolve(ref)).secret?.reveal(),
+      log: { warn: (m) => opts.log.warn(m), info: (m) => opts.log.info(m) },
+    });
+    const broker = new Broker(opts, ca, rt, shared);
+    try {
+      await broker.logins.open();
+    } catch (err) {
+      if (opts.rules.state === undefined) throw err;
+      // A fleet broker starts degraded: the logins arrive when Redis answers.
+      opts.log.warn(`OAuth logins not loaded yet: ${(err as Error).message}`);
+    }
     return broker;
   }
 
@@ -424,6 +441,8 @@ export class Broker implements AdminHost {
     const rt = await Broker.#buildRuntime(this.#opts, rules);
     const agent = this.#createAgent(rt); // reads upstream_ca: may fail, before anything changes
     this.#reloadRejected = undefined;
+    if (JSON.stringify(rules.state) !== JSON.stringify(this.#rt.rules.state))
+      this.log.warn("state: a change of the shared state takes effect when the broker restarts");
     const old = this.#agent;
     this.#rt = rt;
     this.#agent = agent;
@@ -448,6 +467,7 @@ export class Broker implements AdminHost {
     this.logins.close();
     this.#refresher.close();
     this.pools.flush();
+    await this.sharedState.close();
     await this.#audit?.close();
     if (this.#opts.advertise && this.#address !== undefined)
       removeBrokerRecord(this.home, this.#address.port);

@@ -1,6 +1,7 @@
 // What `keybroker status` shows: each provider's credentials with id, source, fingerprint,
 // state and reset time. Built from a runtime and the pool state; never holds a value.
 import type { AuditHealth } from "../audit/audit-log.js";
+import type { StateHealth } from "../secrets/fleet/shared-state.js";
 import type { StoredLogin } from "../secrets/oauth/login.js";
 import type { CredentialState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
@@ -47,6 +48,8 @@ export interface StatusReport {
   readonly providers: readonly ProviderStatus[];
   /** The running broker's audit chains (absent when none runs). */
   readonly audit?: readonly AuditHealth[];
+  /** Where marks and logins are shared (absent when no broker runs). */
+  readonly state?: StateHealth;
 }
 
 /** An OAuth login as a pool credential: its marks, or reauth_required, and its token's times. */
@@ -149,6 +152,7 @@ function headerLines(report: StatusReport): string[] {
       ? "CA: none yet (keybroker init or keybroker start creates it)"
       : `CA ${report.ca.path} ${report.ca.fingerprint}`,
     `rules: ${report.rules}`,
+    ...(report.state === undefined || report.state.store === "home" ? [] : [stateLine(report.state)]),
     ...(report.audit ?? []).map((a) =>
       a.writing
         ? `audit: ${a.file} writing${a.lost > 0 ? ` (${a.lost} event(s) lost, gap line pending)` : ""}`
@@ -156,6 +160,14 @@ function headerLines(report: StatusReport): string[] {
     ),
   );
   return lines;
+}
+
+/** A fleet broker's `state: redis://… ok`, or `state: degraded since …` (nothing for the home). */
+function stateLine(s: StateHealth): string {
+  const where = `${s.url}, prefix "${s.prefix}"`;
+  return s.degradedSince === undefined
+    ? `state: ${where} ok`
+    : `state: degraded since ${s.degradedSince} (${where}: ${s.error ?? "unreachable"}); serving from memory`;
 }
 
 export function formatStatus(report: StatusReport): string {

@@ -17,6 +17,7 @@ import type {
   PolicyRule,
   ProviderAuth,
   ProviderRule,
+  RedisStateConfig,
   Rules,
   SourcesConfig,
   Timeouts,
@@ -95,6 +96,21 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     limits: file.limits?.connections === undefined ? {} : { connections: file.limits.connections },
     accessLog: file.log?.access ?? false,
     ...(file.notify ? { notify: splitCommandLine(file.notify.slice("cmd:".length)) } : {}),
+    ...(file.state === undefined ? {} : { state: compileState(file.state, ctx) }),
+  };
+}
+
+const DEFAULT_STATE_PREFIX = "keybroker:";
+
+function compileState(state: NonNullable<RuleFile["state"]>, ctx: Context): RedisStateConfig {
+  if (typeof state === "string") return { kind: "redis", url: state, prefix: DEFAULT_STATE_PREFIX };
+  return {
+    kind: "redis",
+    url: state.url,
+    ...(state.password === undefined
+      ? {}
+      : { password: absoluteCredentialRef(state.password, ctx.baseDir, ctx.userHome) }),
+    prefix: state.prefix ?? DEFAULT_STATE_PREFIX,
   };
 }
 

@@ -564,6 +564,40 @@ const clientSchema = strict({
   }).optional(),
 });
 
+/** `state: redis://…`: a Redis URL, without a password in it (that is a credential reference). */
+const redisUrl = parsedString("a redis:// or rediss:// URL", (value) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error('is not a URL — write "redis://host:6379/0" or "rediss://host:6380/0"');
+  }
+  if (url.protocol !== "redis:" && url.protocol !== "rediss:")
+    throw new Error('must be a redis:// or rediss:// URL, as in "redis://127.0.0.1:6379/0"');
+  if (url.hostname === "") throw new Error('names no host — write "redis://host:6379/0"');
+  if (url.password !== "")
+    throw new Error("must not carry a password — write state: { url, password: <credential reference> }");
+  if (url.search !== "" || url.hash !== "") throw new Error("takes no query or fragment");
+  if (!/^\/?(\d{1,2})?$/.test(url.pathname)) throw new Error('the path is a database number, as in "/0"');
+});
+
+/** SPEC §17: where the shared state of a fleet lives (default: the home, one broker). */
+const stateSchema = z.union(
+  [
+    redisUrl,
+    strict({
+      url: redisUrl,
+      password: credentialRefSchema.optional(),
+      prefix: matching(
+        /^[A-Za-z0-9:._-]{1,64}$/,
+        "a key prefix",
+        'a prefix is up to 64 letters, digits, ":", ".", "_" or "-", as in "keybroker:"',
+      ).optional(),
+    }),
+  ],
+  expect("a redis:// URL, or { url, password, prefix }"),
+);
+
 const resolveKey = parsedString('"host:port"', (value) => {
   parseHostPort(value);
 });
@@ -589,6 +623,7 @@ export const ruleFileSchema = strict({
   intercept: z.enum(["providers", "all"]).optional(),
   upstream_ca: oneOrMany(filePath, "a file path or a list of file paths").nullish(),
   resolve: z.record(resolveKey, resolveTarget, expect('a map of "host:port" to "address:port"')).nullish(),
+  state: stateSchema.optional(),
   sources: sourcesSchema.nullish(),
   providers: z
     .record(providerId, providerSchema.nullable(), expect("a map of provider ids to providers"))

@@ -223,6 +223,16 @@ export interface Rules {
   readonly accessLog: boolean;
   /** `notify: "cmd:…"` as an argv; unset when the rule file has none (SPEC §16). */
   readonly notify?: readonly string[];
+  /** `state:` (SPEC §17): the fleet's shared store; undefined = the home (one broker). */
+  readonly state?: RedisStateConfig;
+}
+
+/** A fleet's Redis: its URL (no password), the password's credential reference, the key prefix. */
+export interface RedisStateConfig {
+  readonly kind: "redis";
+  readonly url: string;
+  readonly password?: string;
+  readonly prefix: string;
 }
 
 /** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */

@@ -40,6 +40,20 @@ export interface PoolSpec {
   readonly affinity?: "client" | undefined;
 }
 
+/** A mark as the brokers of a fleet share it (SPEC §17): no counters, no local pins. */
+export interface SharedMark {
+  readonly state: "usage_limit_reached" | "invalid";
+  readonly until?: number;
+  readonly reason?: string;
+  readonly fingerprint?: string;
+}
+
+/** Where marks made here go besides the home (the fleet's store); called after the local change. */
+export interface PoolMirror {
+  mark(provider: string, id: string, mark: SharedMark): void;
+  reset(provider: string, id: string | undefined): void;
+}
+
 const STATE_VERSION = 1;
 const MARK_SAVE_DELAY_MS = 200;
 const COUNTER_SAVE_DELAY_MS = 10_000;
@@ -61,6 +75,7 @@ export class PoolState {
   /** Snapshots taken for writing, and the newest one on disk: an older one never overwrites it. */
   #snapshots = 0;
   #onDisk = 0;
+  #mirror: PoolMirror | undefined;
 
   constructor(home: string, warn: (message: string) => void = () => {}) {
     const dir = join(home, "state");
@@ -203,6 +218,52 @@ export class PoolState {
     return earliest;
   }
 
+  /** Sends every mark made from now on to `mirror` as well (fleet mode). */
+  mirrorTo(mirror: PoolMirror): void {
+    this.#mirror = mirror;
+  }
+
+  /** The marks in force now, to publish again (a fleet store that came back empty). */
+  marks(now = Date.now()): { provider: string; id: string; mark: SharedMark }[] {
+    const out: { provider: string; id: string; mark: SharedMark }[] = [];
+    for (const [provider, map] of this.#states) {
+      for (const [id, s] of map) {
+        this.#expire(s, now);
+        if (s.state !== "ok") out.push({ provider, id, mark: sharedMark(s) });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Applies a mark another broker made. Extend-only, like a local mark: a usage mark never
+   * shortens one held here and never overrides a refusal. Not sent back to the mirror.
+   */
+  merge(provider: string, id: string, mark: SharedMark, now = Date.now()): void {
+    const s = this.get(provider, id);
+    if (mark.state === "invalid") {
+      if (s.state === "invalid" && s.fingerprint === mark.fingerprint) return;
+      s.state = "invalid";
+      delete s.until;
+      if (mark.fingerprint === undefined) delete s.fingerprint;
+      else s.fingerprint = mark.fingerprint;
+    } else {
+      if (s.state === "invalid" || mark.until === undefined || mark.until <= now) return;
+      if (s.state === "usage_limit_reached" && s.until !== undefined && s.until >= mark.until) return;
+      s.state = "usage_limit_reached";
+      s.until = mark.until;
+    }
+    if (mark.reason === undefined) delete s.reason;
+    else s.reason = mark.reason;
+    this.#unpin(provider, id);
+    this.#changed();
+  }
+
+  /** Applies a reset made by another broker (or `auth reset` against the fleet). */
+  mergeReset(provider: string, id: string | undefined): void {
+    this.#clear(provider, id);
+  }
+
   /** Marks one credential out of quota until `until`; a later mark only ever extends it. */
   markUsageLimit(provider: string, id: string, until: number, reason: string): CredentialState {
     const s = this.get(provider, id);
@@ -213,6 +274,7 @@ export class PoolState {
     s.marks++;
     this.#unpin(provider, id);
     this.#saveDurably();
+    this.#mirror?.mark(provider, id, sharedMark(s));
     return s;
   }
 
@@ -226,6 +288,7 @@ export class PoolState {
     s.marks++;
     this.#unpin(provider, id);
     this.#saveDurably();
+    this.#mirror?.mark(provider, id, sharedMark(s));
     return s;
   }
 
@@ -247,6 +310,12 @@ export class PoolState {
 
   /** Clears the marks of a provider's credentials (all, or one). Returns the ids cleared. */
   reset(provider: string, id?: string): string[] {
+    const cleared = this.#clear(provider, id);
+    this.#mirror?.reset(provider, id);
+    return cleared;
+  }
+
+  #clear(provider: string, id: string | undefined): string[] {
     const map = this.#states.get(provider);
     if (map === undefined) return [];
     const cleared: string[] = [];
@@ -351,6 +420,15 @@ export class PoolState {
       this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);
     }
   }
+}
+
+function sharedMark(s: CredentialState): SharedMark {
+  return {
+    state: s.state === "invalid" ? "invalid" : "usage_limit_reached",
+    ...(s.until === undefined ? {} : { until: s.until }),
+    ...(s.reason === undefined ? {} : { reason: s.reason }),
+    ...(s.fingerprint === undefined ? {} : { fingerprint: s.fingerprint }),
+  };
 }
 
 /** Reads the persisted pool state without a broker (for `status` when none runs). */

@@ -11,12 +11,13 @@ import { checkLabel, DEFAULT_LABEL, describeLogin, newLogin } from "../../secret
 import { createOAuthAgent } from "../../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import type { TokenStore } from "../../secrets/oauth/token-store.js";
 import { PoolState } from "../../secrets/pool.js";
 import { fingerprintOf } from "../../secrets/secret.js";
 import { UsageError } from "../args.js";
 import type { Context } from "../context.js";
 import { findRunningBroker, localResolver } from "../context.js";
+import { openTokenStore } from "../token-store.js";
 
 export interface AddOptions {
   readonly label?: string | undefined;
@@ -122,7 +123,12 @@ export async function addLogin(
             ...(opts.noBrowser ? {} : { openBrowser }),
           });
     const login = newLogin(rule.id, label, tokens);
-    await new FileTokenStore(ctx.home).put(login);
+    const store = await openTokenStore(ctx, rules);
+    try {
+      await store.store.put(login);
+    } finally {
+      await store.close();
+    }
     // A running broker sees the new login and clears the old one's marks itself.
     if ((await findRunningBroker(ctx.home)) === undefined) {
       const pools = new PoolState(ctx.home, (m) => ctx.err(`warning: ${m}`));
@@ -157,7 +163,21 @@ export async function removeLogin(
   if (credential === undefined) {
     throw new UsageError(`keybroker auth remove ${rule.id} needs --credential ID (see keybroker auth list)`);
   }
-  const store = new FileTokenStore(ctx.home);
+  const tokens = await openTokenStore(ctx, rules);
+  try {
+    return await removeFrom(tokens.store, ctx, rules, rule, credential);
+  } finally {
+    await tokens.close();
+  }
+}
+
+async function removeFrom(
+  store: TokenStore,
+  ctx: Context,
+  rules: Rules,
+  rule: ProviderRule,
+  credential: string,
+): Promise<number> {
   const login = await store.get(rule.id, credential);
   if (login === undefined) {
     const ids = (await store.list(rule.id)).map((l) => l.id);

@@ -1,11 +1,13 @@
 import { UserError } from "../../core/errors.js";
-import { readLogins } from "../../secrets/oauth/token-store.js";
+import type { Rules } from "../../rules/types.js";
+import { openSharedState } from "../../secrets/fleet/shared-state.js";
 import { PoolState } from "../../secrets/pool.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
-import { brokerPort, createContext, findRunningBroker } from "../context.js";
+import { brokerPort, type Context, createContext, findRunningBroker } from "../context.js";
 import { readRules } from "../read-rules.js";
+import { openTokenStore, sharedStateOptions } from "../token-store.js";
 import { addLogin, removeLogin } from "./auth-login.js";
 import { EXIT_NOT_RUNNING, status } from "./status.js";
 
@@ -96,7 +98,11 @@ ${COMMON_HELP}`,
       rule.oauth !== undefined &&
       rule.oauth.grant !== "client_credentials"
     ) {
-      const ids = (await readLogins(ctx.home)).filter((l) => l.provider === provider).map((l) => l.id);
+      const tokens = await openTokenStore(ctx, rules);
+      const ids = await tokens.store
+        .list(provider)
+        .then((logins) => logins.map((l) => l.id))
+        .finally(() => tokens.close());
       if (!ids.includes(values.credential)) {
         throw new UserError(
           `provider "${provider}" has no login "${values.credential}"; its logins: ${ids.length === 0 ? "none" : ids.join(", ")}`,
@@ -125,9 +131,7 @@ ${COMMON_HELP}`,
         })
       ).cleared;
     } else {
-      const pools = new PoolState(ctx.home, (m) => ctx.err(`warning: ${m}`));
-      cleared = pools.reset(provider, values.credential);
-      pools.flush();
+      cleared = await resetHere(ctx, rules, provider, values.credential);
     }
     ctx.out(
       cleared.length === 0 ? `${provider}: no marks to clear` : `${provider}: cleared ${cleared.join(", ")}`,
@@ -135,3 +139,19 @@ ${COMMON_HELP}`,
     return 0;
   },
 };
+
+/** Clears marks without a running broker: in the home, and in the fleet's Redis with `state:`. */
+async function resetHere(ctx: Context, rules: Rules, provider: string, credential: string | undefined) {
+  const pools = new PoolState(ctx.home, (m) => ctx.err(`warning: ${m}`));
+  const shared = await openSharedState(rules, sharedStateOptions(ctx, rules));
+  try {
+    shared.attachPools(pools);
+    await shared.settled();
+    const cleared = pools.reset(provider, credential);
+    await shared.settled();
+    return cleared;
+  } finally {
+    pools.flush();
+    await shared.close();
+  }
+}

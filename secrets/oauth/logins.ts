@@ -66,6 +66,11 @@ export class OAuthLogins {
     return map === undefined ? [] : [...map.values()];
   }
 
+  /** Every login held, of every provider. */
+  all(): StoredLogin[] {
+    return [...this.#byProvider.values()].flatMap((map) => [...map.values()].map((e) => e.login));
+  }
+
   get(provider: string, id: string): LoginEntry | undefined {
     return this.#byProvider.get(provider)?.get(id);
   }

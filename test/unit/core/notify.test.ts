@@ -5,8 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Notifier } from "../../../core/notify.js";
-import { RuleFileError } from "../../../rules/errors.js";
-import { parseRules } from "../../../rules/load.js";
+import { parseSnippet, snippetProblems } from "../../helpers/rules.js";
 
 const dir = mkdtempSync(join(tmpdir(), "kb-notify-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -18,17 +17,8 @@ function script(name: string, body: string): string {
   return path;
 }
 
-const parse = (text: string) => parseRules(`version: 1\n${text}`, "test.yaml", "/etc/kb");
-
-function problems(text: string): string[] {
-  try {
-    parse(text);
-  } catch (err) {
-    if (err instanceof RuleFileError) return err.problems.map((p) => `${p.path}: ${p.message}`);
-    throw err;
-  }
-  throw new Error("expected the rule file to be rejected");
-}
+const parse = parseSnippet;
+const problems = snippetProblems;
 
 describe("Notifier", () => {
   it("hands the command one JSON object per event on stdin, with its arguments", async () => {

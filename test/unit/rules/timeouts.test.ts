@@ -1,20 +1,10 @@
 // `timeouts:`, `limits:` and a provider's `timeout` in the rule file (SPEC §3.8).
 import { describe, expect, it } from "vitest";
 import { DEFAULT_TIMEOUTS } from "../../../rules/compile.js";
-import { RuleFileError } from "../../../rules/errors.js";
-import { parseRules } from "../../../rules/load.js";
+import { parseSnippet, snippetProblems } from "../../helpers/rules.js";
 
-const parse = (text: string) => parseRules(`version: 1\n${text}`, "test.yaml", "/etc/kb");
-
-function problems(text: string): string[] {
-  try {
-    parse(text);
-  } catch (err) {
-    if (err instanceof RuleFileError) return err.problems.map((p) => `${p.path}: ${p.message}`);
-    throw err;
-  }
-  throw new Error("expected the rule file to be rejected");
-}
+const parse = parseSnippet;
+const problems = snippetProblems;
 
 describe("connection timeouts and limits", () => {
   it("has defaults: every stage has a timeout, the cap is left to the broker", () => {

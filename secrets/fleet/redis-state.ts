@@ -1,0 +1,370 @@
+// Fleet mode on Redis (SPEC §17). One command connection and one subscriber per broker. The
+// request path never waits on Redis: marks and logins live in the broker's memory, and this
+// class keeps that copy current from the `events` channel, publishes what this broker changes,
+// and merges both ways whenever the connection (re)opens.
+//
+// Redis down or slow: commands fail fast (no offline queue, a command timeout, a bounded
+// reconnect backoff), the broker serves from memory and says `degraded since …`; marks made
+// meanwhile are pushed on reconnect (extend-only on the server); a Redis that came back empty
+// (its `epoch` key is gone or new) gets every login this broker holds published again.
+import { randomUUID } from "node:crypto";
+import { Redis } from "ioredis";
+import type { RedisStateConfig } from "../../rules/types.js";
+import type { StoredLogin } from "../oauth/login.js";
+import type { PoolState, SharedMark } from "../pool.js";
+import { RedisTokenStore } from "./redis-token-store.js";
+import type { SharedState, SharedStateOptions, StateHealth } from "./shared-state.js";
+import { TokenCipher } from "./token-cipher.js";
+
+/** No command waits longer than this: a slow Redis counts as down. */
+const COMMAND_TIMEOUT_MS = 2_000;
+const CONNECT_TIMEOUT_MS = 2_000;
+/** Reconnect attempts back off from 50 ms to this. */
+const MAX_BACKOFF_MS = 1_000;
+/** How often the connection is checked (a stalled Redis sends no `close`). */
+const PING_EVERY_MS = 1_000;
+
+/**
+ * Applies a mark on the server, extend-only: a usage mark never shortens one in force and never
+ * replaces a refusal. Publishes the mark kept. KEYS: marks hash. ARGV: field, mark, now,
+ * channel, sender.
+ */
+const MARK_SCRIPT = `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local new = cjson.decode(ARGV[2])
+if cur and new.state ~= 'invalid' then
+  local c = cjson.decode(cur)
+  if c.state == 'invalid' then return cur end
+  local now = tonumber(ARGV[3])
+  if c['until'] ~= nil and c['until'] > now and (new['until'] == nil or c['until'] >= new['until']) then
+    return cur
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[4], cjson.encode({t = 'mark', f = ARGV[1], m = ARGV[2], from = ARGV[5]}))
+return ARGV[2]
+`;
+
+/** Clears one mark (ARGV[1] a field) or a provider's (ARGV[2] a field prefix), then publishes. */
+const RESET_SCRIPT = `
+if ARGV[1] ~= '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(f, 1, #ARGV[2]) == ARGV[2] then redis.call('HDEL', KEYS[1], f) end
+  end
+end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`;
+
+export interface RedisKeys {
+  readonly marks: string;
+  readonly logins: string;
+  readonly epoch: string;
+  readonly channel: string;
+  lock(provider: string, id: string): string;
+}
+
+/** The hash field of one credential: JSON keeps any id (a `cmd:` reference) unambiguous. */
+export const fieldOf = (provider: string, id: string) => JSON.stringify([provider, id]);
+export function parseField(field: string): [string, string] | undefined {
+  try {
+    const v = JSON.parse(field) as unknown;
+    return Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string"
+      ? [v[0], v[1]]
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export interface FleetMessage {
+  readonly t: "mark" | "reset" | "login";
+  readonly f?: string;
+  readonly m?: string;
+  readonly p?: string;
+  readonly from: string;
+}
+
+function clientOptions(password: string | undefined, onRetry: () => void) {
+  return {
+    ...(password === undefined ? {} : { password }),
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: COMMAND_TIMEOUT_MS,
+    connectTimeout: CONNECT_TIMEOUT_MS,
+    retryStrategy: (times: number) => {
+      onRetry();
+      return Math.min(50 * 2 ** Math.min(times, 5), MAX_BACKOFF_MS);
+    },
+  };
+}
+
+export class RedisState implements SharedState {
+  readonly tokens: RedisTokenStore;
+  readonly #config: RedisStateConfig;
+  readonly #redis: Redis;
+  readonly #sub: Redis;
+  readonly #keys: RedisKeys;
+  readonly #self = randomUUID();
+  readonly #log: SharedStateOptions["log"];
+  readonly #ping: NodeJS.Timeout;
+  #pools: PoolState | undefined;
+  #held: () => readonly StoredLogin[] = () => [];
+  #degradedSince: Date | undefined;
+  #error: string | undefined;
+  /** The epoch seen last: another one (or none) means Redis lost its data. */
+  #epoch: string | undefined;
+  #syncing: Promise<void> | undefined;
+  #syncAgain = false;
+  /** Set whenever the copies may have drifted apart: at start, after an outage, on a new subscriber. */
+  #needSync = true;
+  #closed = false;
+  /** Marks and resets on their way to Redis. */
+  readonly #sending = new Set<Promise<void>>();
+
+  private constructor(config: RedisStateConfig, password: string | undefined, opts: SharedStateOptions) {
+    this.#config = config;
+    this.#log = opts.log;
+    const p = config.prefix;
+    this.#keys = {
+      marks: `${p}marks`,
+      logins: `${p}logins`,
+      epoch: `${p}epoch`,
+      channel: `${p}events`,
+      lock: (provider, id) => `${p}lock:${fieldOf(provider, id)}`,
+    };
+    const onRetry = () => this.#degrade("connection lost");
+    this.#redis = new Redis(config.url, clientOptions(password, onRetry));
+    this.#sub = new Redis(config.url, clientOptions(password, onRetry));
+    for (const c of [this.#redis, this.#sub]) {
+      c.on("error", (err: Error) => this.#degrade(err.message));
+      c.on("close", () => this.#degrade("connection closed"));
+    }
+    this.#sub.on("message", (_channel: string, text: string) => this.#onMessage(text));
+    this.#sub.on("ready", () => {
+      this.#needSync = true;
+      this.#sync();
+    });
+    this.#redis.on("ready", () => this.#sync());
+    this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
+    this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
+    this.tokens = new RedisTokenStore(this.#redis, this.#keys, new TokenCipher(opts.homeKey()), {
+      self: this.#self,
+      onError: (err) => this.#degrade(err.message),
+    });
+    this.#ping = setInterval(() => {
+      this.#redis.ping().then(
+        () => this.#sync(),
+        (err: Error) => this.#degrade(err.message),
+      );
+    }, PING_EVERY_MS);
+    this.#ping.unref();
+  }
+
+  /** Connects (waiting at most the connect timeout: a broker starts degraded rather than not at all). */
+  static async open(config: RedisStateConfig, opts: SharedStateOptions): Promise<RedisState> {
+    const password = config.password === undefined ? undefined : await opts.resolve(config.password);
+    if (config.password !== undefined && password === undefined) {
+      throw new Error(`state.password: the credential reference ${config.password} has no value`);
+    }
+    const state = new RedisState(config, password, opts);
+    await state.#subscribe();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, CONNECT_TIMEOUT_MS);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      if (state.#redis.status === "ready") done();
+      else state.#redis.once("ready", done);
+    });
+    if (state.#redis.status === "ready") await state.#syncing;
+    else state.#degrade(state.#error ?? "not reachable");
+    return state;
+  }
+
+  async #subscribe(): Promise<void> {
+    // Subscribing before the connection is up would be refused (no offline queue).
+    const go = () => this.#sub.subscribe(this.#keys.channel).catch(() => {});
+    if (this.#sub.status === "ready") await go();
+    else this.#sub.once("ready", () => void go());
+  }
+
+  attachPools(pools: PoolState): void {
+    this.#pools = pools;
+    pools.mirrorTo({
+      mark: (provider, id, mark) => this.#track(this.#sendMark(provider, id, mark)),
+      reset: (provider, id) => this.#track(this.#sendReset(provider, id)),
+    });
+    this.#needSync = true;
+    this.#sync();
+  }
+
+  #track(sending: Promise<void>): void {
+    this.#sending.add(sending);
+    void sending.finally(() => this.#sending.delete(sending));
+  }
+
+  async settled(): Promise<void> {
+    await this.#syncing;
+    await Promise.all(this.#sending);
+  }
+
+  attachLogins(held: () => readonly StoredLogin[]): void {
+    this.#held = held;
+  }
+
+  health(): StateHealth {
+    return {
+      store: "redis",
+      url: this.#config.url,
+      prefix: this.#config.prefix,
+      ...(this.#degradedSince === undefined
+        ? {}
+        : {
+            degradedSince: this.#degradedSince.toISOString(),
+            ...(this.#error ? { error: this.#error } : {}),
+          }),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#ping);
+    await this.#syncing?.catch(() => {});
+    this.#redis.disconnect();
+    this.#sub.disconnect();
+  }
+
+  /** Enters the degraded state: one warning, until the store answers again. */
+  #degrade(reason: string): void {
+    if (this.#closed) return;
+    this.#error = reason;
+    this.#needSync = true;
+    if (this.#degradedSince !== undefined) return;
+    this.#degradedSince = new Date();
+    this.#log.warn(
+      `fleet state: Redis at ${this.#config.url} is unreachable (${reason}); serving from memory, refreshing no OAuth login until it is back`,
+    );
+  }
+
+  #recovered(): void {
+    if (this.#degradedSince === undefined) return;
+    const seconds = Math.round((Date.now() - this.#degradedSince.getTime()) / 1000);
+    this.#degradedSince = undefined;
+    this.#error = undefined;
+    this.#log.warn(
+      `fleet state: Redis at ${this.#config.url} is reachable again after ${seconds}s; marks and logins merged`,
+    );
+  }
+
+  #onMessage(text: string): void {
+    let msg: FleetMessage;
+    try {
+      msg = JSON.parse(text) as FleetMessage;
+    } catch {
+      return;
+    }
+    if (msg.from === this.#self) return;
+    if (msg.t === "mark" && msg.f !== undefined && msg.m !== undefined) {
+      const key = parseField(msg.f);
+      if (key !== undefined) this.#pools?.merge(key[0], key[1], JSON.parse(msg.m) as SharedMark);
+    } else if (msg.t === "reset" && msg.p !== undefined) {
+      const key = msg.f === undefined ? undefined : parseField(msg.f);
+      this.#pools?.mergeReset(msg.p, key?.[1]);
+    } else if (msg.t === "login" && msg.f !== undefined) {
+      const key = parseField(msg.f);
+      if (key !== undefined) this.tokens.changed(key[0], key[1]);
+    }
+  }
+
+  async #sendMark(provider: string, id: string, mark: SharedMark): Promise<void> {
+    try {
+      const kept = await (this.#redis as unknown as Scripts).kbMark!(
+        this.#keys.marks,
+        fieldOf(provider, id),
+        JSON.stringify(mark),
+        String(Date.now()),
+        this.#keys.channel,
+        this.#self,
+      );
+      // Another broker's mark may outlast ours: keep the longer one here too.
+      if (kept !== null) this.#pools?.merge(provider, id, JSON.parse(kept) as SharedMark);
+    } catch (err) {
+      this.#degrade((err as Error).message);
+    }
+  }
+
+  async #sendReset(provider: string, id: string | undefined): Promise<void> {
+    const field = id === undefined ? "" : fieldOf(provider, id);
+    const message: FleetMessage = {
+      t: "reset",
+      p: provider,
+      ...(field ? { f: field } : {}),
+      from: this.#self,
+    };
+    try {
+      await (this.#redis as unknown as Scripts).kbReset!(
+        this.#keys.marks,
+        field,
+        `${JSON.stringify([provider])}`.slice(0, -1) + ",",
+        this.#keys.channel,
+        JSON.stringify(message),
+      );
+    } catch (err) {
+      this.#degrade((err as Error).message);
+    }
+  }
+
+  /** Merges both ways once the connection is (again) up; runs once more if asked meanwhile. */
+  #sync(): void {
+    if (this.#closed || this.#redis.status !== "ready") return;
+    if (this.#syncing !== undefined) {
+      this.#syncAgain = true;
+      return;
+    }
+    if (!this.#needSync) return;
+    this.#needSync = false;
+    this.#syncing = this.#mergeAll()
+      .then(
+        () => this.#recovered(),
+        (err: Error) => this.#degrade(err.message),
+      )
+      .finally(() => {
+        this.#syncing = undefined;
+        if (this.#syncAgain) {
+          this.#syncAgain = false;
+          this.#sync();
+        }
+      });
+  }
+
+  async #mergeAll(): Promise<void> {
+    const r = this.#redis;
+    // The epoch tells a Redis that kept its data from one that restarted empty.
+    await r.set(this.#keys.epoch, randomUUID(), "NX");
+    const epoch = (await r.get(this.#keys.epoch)) ?? undefined;
+    const lostData = this.#epoch !== undefined && epoch !== this.#epoch;
+    this.#epoch = epoch;
+    const pools = this.#pools;
+    if (pools !== undefined) {
+      for (const { provider, id, mark } of pools.marks()) await this.#sendMark(provider, id, mark);
+      const now = Date.now();
+      for (const [field, text] of Object.entries(await r.hgetall(this.#keys.marks))) {
+        const key = parseField(field);
+        if (key !== undefined) pools.merge(key[0], key[1], JSON.parse(text) as SharedMark, now);
+      }
+    }
+    if (lostData) {
+      for (const login of this.#held()) await this.tokens.republish(login);
+    }
+    for (const field of await r.hkeys(this.#keys.logins)) {
+      const key = parseField(field);
+      if (key !== undefined) this.tokens.changed(key[0], key[1]);
+    }
+  }
+}
+
+type Scripts = Record<string, (...args: string[]) => Promise<string | null>>;

@@ -1,0 +1,76 @@
+// The state brokers may share (SPEC §17): pool marks and OAuth logins with their refresh lock.
+// One small interface, two places: the home folder (one broker, or several on one machine:
+// `state/pools.json` and `tokens/`), or a fleet's Redis. The request path never calls it: each
+// broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
+// Approvals and admin sessions are meant to join it as further small stores on the same client.
+import type { Rules } from "../../rules/types.js";
+import type { StoredLogin } from "../oauth/login.js";
+import { FileTokenStore, type TokenStore } from "../oauth/token-store.js";
+import type { PoolState } from "../pool.js";
+
+/** What `status` says about the shared state. */
+export interface StateHealth {
+  readonly store: "home" | "redis";
+  /** The Redis URL (never a password) and key prefix. */
+  readonly url?: string;
+  readonly prefix?: string;
+  /** Set while the store is unreachable or too slow: the broker serves from memory. */
+  readonly degradedSince?: string;
+  readonly error?: string;
+}
+
+export interface SharedState {
+  readonly tokens: TokenStore;
+  /** Joins the broker's pool marks to the shared ones: marks made here go out, others come in. */
+  attachPools(pools: PoolState): void;
+  /** The logins the broker holds, to publish again to a store that lost them. */
+  attachLogins(held: () => readonly StoredLogin[]): void;
+  health(): StateHealth;
+  /** Resolves once every change made so far has been sent to the store (or failed to be). */
+  settled(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Today's behaviour: the home is the shared state of the brokers on one machine. */
+export class HomeState implements SharedState {
+  readonly tokens: TokenStore;
+
+  constructor(home: string) {
+    this.tokens = new FileTokenStore(home);
+  }
+
+  attachPools(): void {
+    // PoolState writes state/pools.json itself.
+  }
+
+  attachLogins(): void {
+    // The token files are the logins.
+  }
+
+  health(): StateHealth {
+    return { store: "home" };
+  }
+
+  async settled(): Promise<void> {}
+
+  async close(): Promise<void> {}
+}
+
+export interface SharedStateOptions {
+  readonly home: string;
+  /** The home key (read, or made, only for a fleet store: tokens are sealed with it). */
+  readonly homeKey: () => Buffer;
+  /** Resolves a credential reference (the Redis password); undefined when it has no value. */
+  readonly resolve: (ref: string) => Promise<string | undefined>;
+  readonly log: {
+    warn(message: string): void;
+    info(message: string): void;
+  };
+}
+
+/** The rule file's `state:`: the home, or a connection to the fleet's Redis. */
+export async function openSharedState(rules: Rules, opts: SharedStateOptions): Promise<SharedState> {
+  if (rules.state === undefined) return new HomeState(opts.home);
+  const { RedisState } = await import("./redis-state.js");
+  return RedisState.open(rules.state, opts);
+}

@@ -1,0 +1,90 @@
+// A real redis-server (the Debian package) for the fleet tests: on a free loopback port, in its
+// own temporary folder, persisting nothing (`--save ''`), stopped by pid. `restart()` brings it
+// back on the same port, empty, as a Redis that lost its data.
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const REDIS_SERVER = "/usr/bin/redis-server";
+
+export interface RedisServer {
+  readonly port: number;
+  readonly url: string;
+  readonly pid: number | undefined;
+  /** Stops it (SIGTERM to its pid) and waits for it to exit. */
+  stop(): Promise<void>;
+  /** Starts it again on the same port, with nothing in it. */
+  restart(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function launch(port: number, dir: string, password: string | undefined): Promise<ChildProcess> {
+  const args = [
+    "--port",
+    String(port),
+    "--bind",
+    "127.0.0.1",
+    "--dir",
+    dir,
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+  ];
+  if (password !== undefined) args.push("--requirepass", password);
+  const child = spawn(REDIS_SERVER, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server did not start:\n${out}`)), 10_000);
+    child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      if (out.includes("Ready to accept connections")) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`redis-server exited with ${code}:\n${out}`));
+    });
+  });
+  child.removeAllListeners("exit");
+  return child;
+}
+
+export async function startRedis(opts: { password?: string } = {}): Promise<RedisServer> {
+  const dir = mkdtempSync(join(tmpdir(), "kb-redis-"));
+  const port = await freePort();
+  let child: ChildProcess | undefined = await launch(port, dir, opts.password);
+  const stop = async () => {
+    const c = child;
+    child = undefined;
+    if (c === undefined || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = once(c, "exit");
+    process.kill(c.pid!, "SIGTERM");
+    await exited;
+  };
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}/0`,
+    get pid() {
+      return child?.pid;
+    },
+    stop,
+    async restart() {
+      await stop();
+      child = await launch(port, dir, opts.password);
+    },
+  };
+}

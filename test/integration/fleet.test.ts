@@ -1,0 +1,428 @@
+// Fleet mode (SPEC §17): three brokers, each with its own home (the CA and home key copied from
+// the first, as the README says), on one real redis-server with a password. A 429 seen by one
+// marks the credential for all; short-lived OAuth tokens under load across all three are
+// refreshed with zero refresh-token reuse; a broker frozen while holding the refresh lock does
+// not stop the others and does no harm when it wakes; Redis stopped and started empty fails no
+// request that had a valid credential; no token is ever in clear in Redis.
+import { cpSync, readFileSync } from "node:fs";
+import { connect } from "node:net";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminTokenPath } from "../../admin/api.js";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
+import { formatStatus, type StatusReport } from "../../proxy/status.js";
+import { RedisState } from "../../secrets/fleet/redis-state.js";
+import type { StoredLogin } from "../../secrets/oauth/login.js";
+import {
+  type BrokerProcess,
+  cliAsync,
+  findSecrets,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
+import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import { type RedisServer, startRedis } from "../helpers/redis.js";
+import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
+
+const PASSWORD = "redis-pw-5e1d9c7b3a";
+const KEYS = {
+  A: "sk-fleet-key-a-0b1c2d3e4f5a6b7c8d9e",
+  B: "sk-fleet-key-b-1c2d3e4f5a6b7c8d9e0f",
+  C: "sk-fleet-key-c-2d3e4f5a6b7c8d9e0f1a",
+};
+const PREFIX = "kbfleet:";
+
+let redis: RedisServer;
+let raw: Redis;
+let u: FakeUpstream;
+let fake: FakeOAuth;
+let config: string;
+const brokers: BrokerProcess[] = [];
+const agents: ProxyAgent[] = [];
+const homes: string[] = [];
+let state: RedisState;
+let vars: Record<string, string>;
+/** Which pool keys the upstream answers 429 for, and how often each was used. */
+const exhausted = new Set<string>();
+const hits = new Map<string, number>();
+
+async function until<T>(check: () => Promise<T | undefined | false>, what: string, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A broker's admin API, which `status --json` and `env` read. */
+async function admin<T>(i: number, action: string): Promise<T> {
+  const token = readFileSync(adminTokenPath(homes[i]!), "utf8").trim();
+  const res = await request(`${brokers[i]!.url}/__keybroker/admin/${action}`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  return (await res.body.json()) as T;
+}
+const status = (i: number) => admin<StatusReport>(i, "status");
+
+function credential(s: StatusReport, provider: string, id: string) {
+  return s.providers.find((p) => p.id === provider)?.credentials.find((c) => c.id === id);
+}
+
+async function send(i: number, host: string, path: string, placeholder: string) {
+  const res = await request(`https://${host}${path}`, {
+    method: "POST",
+    dispatcher: agents[i]!,
+    headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
+    body: "{}",
+  });
+  const text = await res.body.text();
+  return { status: res.statusCode, code: res.headers["x-keybroker-error"], text };
+}
+const pool = (i: number) => send(i, "api.pool.test", "/v1/pool", vars.POOL_KEY!);
+const chat = (i: number) => send(i, "api.openai.com", "/v1/chat/completions", vars.CODEX_OAUTH_ACCESS_TOKEN!);
+const chat2 = (i: number) => send(i, "api.two.test", "/v1/chat/completions", vars.CODEX2_OAUTH_ACCESS_TOKEN!);
+
+/** Requests on every lane of `on` until `done()`; the statuses seen. */
+async function load(on: number[], call: (i: number) => Promise<{ status: number }>, done: () => boolean) {
+  const statuses: number[] = [];
+  const deadline = Date.now() + 30_000;
+  await Promise.all(
+    on.flatMap((i) =>
+      [0, 1, 2].map(async () => {
+        while (!done() && Date.now() < deadline)
+          statuses.push((await call(i).catch(() => ({ status: 0 }))).status);
+      }),
+    ),
+  );
+  expect(done()).toBe(true);
+  return statuses;
+}
+
+function oauthLogin(provider: string, id: string, lifetimeMs?: number): StoredLogin {
+  const t = fake.login();
+  const now = Date.now();
+  return {
+    provider,
+    id,
+    accessToken: t.access_token,
+    refreshToken: t.refresh_token,
+    expiresAt: now + (lifetimeMs ?? t.expires_in * 1000),
+    issuedAt: now,
+    createdAt: now,
+    generation: 1,
+    state: "ok",
+  };
+}
+
+/** Every key in Redis, every value read back, searched for every token and key. */
+async function redisLeaks(): Promise<string[]> {
+  const secrets = [...fake.issued, ...Object.values(KEYS)];
+  const found: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await raw.scan(cursor, "COUNT", 1000);
+    cursor = next;
+    for (const key of keys) {
+      const type = await raw.type(key);
+      const values =
+        type === "string"
+          ? [(await raw.get(key)) ?? ""]
+          : type === "hash"
+            ? Object.entries(await raw.hgetall(key)).flat()
+            : [`<${type}>`];
+      for (const v of values) {
+        for (const s of secrets) {
+          if (v.includes(s) || v.includes(Buffer.from(s).toString("base64")))
+            found.push(`${key} holds ${s.slice(0, 6)}…`);
+        }
+      }
+    }
+  } while (cursor !== "0");
+  return found;
+}
+
+beforeAll(async () => {
+  redis = await startRedis({ password: PASSWORD });
+  raw = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
+  raw.on("error", () => {});
+  u = await startUpstream();
+  fake = installFakeOAuth(u);
+  u.routes.set("POST /v1/chat/completions", (req, res) => {
+    const ok = fake.valid(String(req.headers.authorization ?? "").replace(/^Bearer /, ""));
+    res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
+    res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
+  });
+  u.routes.set("POST /v1/pool", (req, res) => {
+    const key = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+    hits.set(key, (hits.get(key) ?? 0) + 1);
+    const out = exhausted.has(key);
+    res.writeHead(out ? 429 : 200, {
+      "content-type": "application/json",
+      ...(out ? { "retry-after": "600" } : {}),
+    });
+    res.end(JSON.stringify(out ? { error: { type: "rate_limit_error" } } : { ok: true }));
+  });
+  const dir = tempHome();
+  const oauth = `
+    oauth:
+      issuer: https://${AUTH_HOST}
+      client_id: app_1
+      scopes: [openid, offline_access]
+      token_timeout: 1s`;
+  config = writeConfig(
+    dir,
+    `version: 1
+state: { url: "${redis.url}", password: env:KB_REDIS_PASSWORD, prefix: "${PREFIX}" }
+upstream_ca: [${JSON.stringify(u.caPath)}]
+resolve:
+  "api.openai.com:443": "127.0.0.1:${u.port}"
+  "api.two.test:443": "127.0.0.1:${u.port}"
+  "api.pool.test:443": "127.0.0.1:${u.port}"
+  "${AUTH_HOST}:443": "127.0.0.1:${u.port}"
+catalogue: false
+providers:
+  pooled:
+    hosts: [api.pool.test]
+    inject: { header: authorization }
+    credentials: [POOL_KEY_A, POOL_KEY_B, POOL_KEY_C]
+    placeholder: { env: POOL_KEY }
+  codex-oauth:
+    hosts: [api.openai.com]${oauth}
+  codex2-oauth:
+    hosts: [api.two.test]${oauth}
+`,
+  );
+  const env = { POOL_KEY_A: KEYS.A, POOL_KEY_B: KEYS.B, POOL_KEY_C: KEYS.C, KB_REDIS_PASSWORD: PASSWORD };
+  // The first home's CA and home key, made as `keybroker init` makes them; every broker of a
+  // fleet gets a copy of both (README: Running a fleet). The three then start at once.
+  homes.push(tempHome());
+  loadOrCreateCa(homes[0]!);
+  homeKey(homes[0]!);
+  for (let i = 1; i < 3; i++) {
+    const home = tempHome();
+    cpSync(join(homes[0]!, "ca"), join(home, "ca"), { recursive: true });
+    cpSync(join(homes[0]!, "home.key"), join(home, "home.key"));
+    homes.push(home);
+  }
+  brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
+  for (const b of brokers)
+    agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
+  // The third broker's placeholders serve on all three: the copied home key makes them agree.
+  vars = (await admin<{ placeholders: Record<string, string> }>(2, "agent?client=default")).placeholders;
+  state = await RedisState.open(
+    { kind: "redis", url: redis.url, password: "env:P", prefix: PREFIX },
+    {
+      home: homes[0]!,
+      homeKey: () => Buffer.from(readFileSync(join(homes[0]!, "home.key"), "utf8").trim(), "base64"),
+      resolve: async () => PASSWORD,
+      log: { warn: () => {}, info: () => {} },
+    },
+  );
+}, 60_000);
+
+afterAll(async () => {
+  for (const a of agents) await a.close();
+  for (const b of brokers) await b.stop();
+  await state?.close();
+  raw?.disconnect();
+  await redis?.stop();
+  await u?.close();
+  // No token, key or the Redis password anywhere a broker wrote, nor in any home.
+  expect(findSecrets([...fake.issued, ...Object.values(KEYS), PASSWORD], homes)).toEqual([]);
+});
+
+describe("three brokers on one Redis", () => {
+  it("a 429 seen by one broker marks the credential for all of them", async () => {
+    exhausted.add(KEYS.A);
+    expect((await pool(0)).status).toBe(200);
+    expect(hits.get(KEYS.A)).toBe(1);
+    for (const i of [1, 2]) {
+      const marked = await until(
+        async () => {
+          const c = credential(await status(i), "pooled", "POOL_KEY_A");
+          return c?.state === "usage_limit_reached" ? c : undefined;
+        },
+        `the mark on broker ${i + 1}`,
+      );
+      expect(Date.parse(marked.until!)).toBeGreaterThan(Date.now() + 500_000);
+    }
+    // The other brokers skip the marked key: it got no second request.
+    expect((await pool(1)).status).toBe(200);
+    expect((await pool(2)).status).toBe(200);
+    expect(hits.get(KEYS.A)).toBe(1);
+    expect(hits.get(KEYS.B)).toBe(3);
+  });
+
+  it("short-lived OAuth tokens under concurrent load on all three: zero refresh-token reuse", async () => {
+    fake.accessTtl = 2;
+    await state.tokens.put(oauthLogin("codex-oauth", "default"));
+    for (const i of [0, 1, 2])
+      await until(async () => (await chat(i)).status === 200, `broker ${i + 1} serving`);
+    const start = fake.refreshes;
+    const statuses = await load([0, 1, 2], chat, () => fake.refreshes >= start + 4);
+    expect(fake.reuses).toBe(0);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    expect(await redisLeaks()).toEqual([]);
+  }, 60_000);
+
+  it("a broker frozen while holding the refresh lock: the others go on, and it does no harm when it wakes", async () => {
+    const pids = new Map(brokers.map((b, i) => [b.child.pid!, i]));
+    let frozen: number | undefined;
+    let checking = false;
+    const lockKey = `${PREFIX}lock:${JSON.stringify(["codex-oauth", "default"])}`;
+    // MONITOR on a plain socket: each command as Redis runs it, so the holder of the lock is
+    // frozen the moment it takes it, before it can send the refresh token.
+    const monitor = connect(redis.port, "127.0.0.1");
+    monitor.write(`AUTH ${PASSWORD}\r\nMONITOR\r\n`);
+    let seen = "";
+    monitor.on("data", (d: Buffer) => {
+      seen = (seen + d.toString()).slice(-4096);
+      const m = /"set" "kbfleet:lock:(?:[^"\\]|\\.)*" "(\d+):/i.exec(seen);
+      if (frozen !== undefined || checking || m === null || !pids.has(Number(m[1]))) return;
+      seen = "";
+      const pid = Number(m[1]);
+      process.kill(pid, "SIGSTOP");
+      // A SET NX that lost the race took no lock: that broker is let go, and the watch goes on.
+      checking = true;
+      void raw.get(lockKey).then((holder) => {
+        checking = false;
+        if (holder?.startsWith(`${pid}:`)) frozen = pids.get(pid);
+        else process.kill(pid, "SIGCONT");
+      });
+    });
+    try {
+      // Tokens live 2 s and are refreshed ahead: some broker takes the lock within moments.
+      const i = await until(async () => frozen, "a broker to take the refresh lock");
+      const atFreeze = fake.refreshes;
+      const others = [0, 1, 2].filter((n) => n !== i);
+      // Its lock expires (token_timeout 1 s + 5 s); another broker refreshes meanwhile.
+      const statuses = await load(others, chat, () => fake.refreshes >= atFreeze + 2);
+      process.kill(brokers[i]!.child.pid!, "SIGCONT");
+      const after = fake.refreshes;
+      statuses.push(...(await load([0, 1, 2], chat, () => fake.refreshes >= after + 2)));
+      expect(fake.reuses).toBe(0);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    } finally {
+      if (frozen !== undefined) process.kill(brokers[frozen]!.child.pid!, "SIGCONT");
+      monitor.destroy();
+    }
+  }, 60_000);
+
+  it("Redis stopped and started empty: no request with a valid credential fails, and the brokers publish what they hold", async () => {
+    // Long-lived tokens from the next refresh on: nothing needs refreshing during the outage...
+    fake.accessTtl = 3600;
+    const before = fake.refreshes;
+    await until(async () => fake.refreshes > before, "a refresh that issues a long-lived token");
+    for (const i of [0, 1, 2]) {
+      await until(
+        async () => {
+          const c = credential(await status(i), "codex-oauth", "default");
+          return c?.expiresAt !== undefined && Date.parse(c.expiresAt) > Date.now() + 600_000;
+        },
+        `broker ${i + 1} holding the long-lived token`,
+      );
+    }
+    // ...except this login, whose token expires 4 s from now.
+    await state.tokens.put(oauthLogin("codex2-oauth", "short", 4_000));
+    for (const i of [0, 1, 2])
+      await until(
+        async () => credential(await status(i), "codex2-oauth", "short"),
+        `broker ${i + 1} holding it`,
+      );
+
+    // (The broker frozen above logged its own stall: count from here.)
+    const logged = brokers.map((b) => (b.stdout() + b.stderr()).length);
+    await redis.stop();
+    const duringOutage = fake.refreshes;
+    let stop = false;
+    const background = load([0, 1, 2], chat, () => stop);
+    const report = await until(async () => {
+      const s = await status(0);
+      return s.state?.degradedSince === undefined ? undefined : s;
+    }, "status to say degraded");
+    expect(report.state?.store).toBe("redis");
+    // The text `keybroker status` prints from that report.
+    expect(formatStatus(report)).toMatch(/^state: degraded since \d{4}-\d\d-\d\dT/m);
+    // A mark made during the outage, on one broker only.
+    exhausted.add(KEYS.B);
+    expect((await pool(1)).status).toBe(200);
+    // The short token expires: no broker refreshes without the lock, the answer is a 503.
+    await new Promise((r) =>
+      setTimeout(r, Math.max(0, 4_200 - (Date.now() - Date.parse(report.state!.degradedSince!)))),
+    );
+    await until(async () => {
+      const r = await chat2(0);
+      return r.status === 503 && r.code === "credential_unavailable";
+    }, "the expired token to give 503");
+    expect(fake.refreshes).toBe(duringOutage);
+
+    await redis.restart();
+    for (const i of [0, 1, 2])
+      await until(
+        async () => (await status(i)).state?.degradedSince === undefined,
+        `broker ${i + 1} recovered`,
+      );
+    stop = true;
+    const statuses = await background;
+    expect(statuses.length).toBeGreaterThan(0);
+    // On a failure, the brokers' lines about it say whether Redis had anything to do with it.
+    const said = () =>
+      brokers.flatMap((b) =>
+        (b.stdout() + b.stderr()).split("\n").filter((l) => /upstream|reach|50\d/.test(l)),
+      );
+    expect(
+      statuses.filter((s) => s !== 200),
+      said().join("\n"),
+    ).toEqual([]);
+    // The empty Redis got back both marks and both logins; the mark made on one broker reached the others.
+    const marks = await until(async () => {
+      const m = await raw.hgetall(`${PREFIX}marks`);
+      return Object.keys(m).length >= 2 ? m : undefined;
+    }, "the marks to be published again");
+    expect(Object.keys(marks).sort()).toEqual(
+      [JSON.stringify(["pooled", "POOL_KEY_A"]), JSON.stringify(["pooled", "POOL_KEY_B"])].sort(),
+    );
+    expect(Object.keys(await raw.hgetall(`${PREFIX}logins`)).sort()).toEqual(
+      [JSON.stringify(["codex-oauth", "default"]), JSON.stringify(["codex2-oauth", "short"])].sort(),
+    );
+    await until(
+      async () => credential(await status(2), "pooled", "POOL_KEY_B")?.state === "usage_limit_reached",
+      "the outage's mark on the third broker",
+    );
+    // With the lock back, the expired login is refreshed and serves again.
+    await until(async () => (await chat2(2)).status === 200, "the short login refreshed");
+    expect(fake.reuses).toBe(0);
+    for (const [i, b] of brokers.entries()) {
+      const log = (b.stdout() + b.stderr()).slice(logged[i]);
+      expect(log.split("is unreachable (").length - 1).toBe(1);
+      expect(log.split("is reachable again").length - 1).toBe(1);
+    }
+    expect(await redisLeaks()).toEqual([]);
+  }, 60_000);
+
+  it("auth reset on a machine without a running broker clears the mark for the whole fleet", async () => {
+    const operator = tempHome();
+    cpSync(join(homes[0]!, "home.key"), join(operator, "home.key"));
+    homes.push(operator);
+    const r = await cliAsync(
+      ["auth", "reset", "pooled", "--credential", "POOL_KEY_B", "--home", operator, "--config", config],
+      {
+        env: { KB_REDIS_PASSWORD: PASSWORD },
+      },
+    );
+    expect(r.stdout).toContain("pooled: cleared POOL_KEY_B");
+    expect(await raw.hget(`${PREFIX}marks`, JSON.stringify(["pooled", "POOL_KEY_B"]))).toBeNull();
+    for (const i of [0, 1, 2])
+      await until(
+        async () => credential(await status(i), "pooled", "POOL_KEY_B")?.state === "ok",
+        `the reset on broker ${i + 1}`,
+      );
+    expect(credential(await status(1), "pooled", "POOL_KEY_A")?.state).toBe("usage_limit_reached");
+  });
+});
