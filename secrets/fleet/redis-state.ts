@@ -12,6 +12,7 @@ import { Redis } from "ioredis";
 import type { RedisStateConfig } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import type { PoolState, SharedMark } from "../pool.js";
+import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
 import { RedisTokenStore } from "./redis-token-store.js";
 import type { SharedState, SharedStateOptions, StateHealth } from "./shared-state.js";
 import { TokenCipher } from "./token-cipher.js";
@@ -57,35 +58,6 @@ end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 `;
-
-export interface RedisKeys {
-  readonly marks: string;
-  readonly logins: string;
-  readonly epoch: string;
-  readonly channel: string;
-  lock(provider: string, id: string): string;
-}
-
-/** The hash field of one credential: JSON keeps any id (a `cmd:` reference) unambiguous. */
-export const fieldOf = (provider: string, id: string) => JSON.stringify([provider, id]);
-export function parseField(field: string): [string, string] | undefined {
-  try {
-    const v = JSON.parse(field) as unknown;
-    return Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string"
-      ? [v[0], v[1]]
-      : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-export interface FleetMessage {
-  readonly t: "mark" | "reset" | "login";
-  readonly f?: string;
-  readonly m?: string;
-  readonly p?: string;
-  readonly from: string;
-}
 
 function clientOptions(password: string | undefined, onRetry: () => void) {
   return {

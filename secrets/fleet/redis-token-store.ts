@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import { parseLogin, type StoredLogin, serializeLogin } from "../oauth/login.js";
 import { type LockOptions, LockTimeoutError, type TokenStore } from "../oauth/token-store.js";
-import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-state.js";
+import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
 import type { TokenCipher } from "./token-cipher.js";
 
 /**
