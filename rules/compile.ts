@@ -8,7 +8,13 @@ import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
 import { parseHostPattern } from "./host-pattern.js";
-import { effectiveMount, effectivePlaceholderEnv, isOAuthOnly, mergeProviders } from "./provider-defaults.js";
+import {
+  effectiveMount,
+  effectivePlaceholderEnv,
+  isOAuthOnly,
+  mcpBinding,
+  mergeProviders,
+} from "./provider-defaults.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema.js";
 import type {
   ClientRule,
@@ -203,11 +209,17 @@ function compileAuth(auth: ProviderInput["auth"], ctx: Context): ProviderAuth | 
 
 function compileProvider(
   id: string,
-  input: ProviderInput,
+  given: ProviderInput,
   catalogueEntry: ProviderInput | undefined,
   fromCatalogue: boolean,
   ctx: Context,
 ): ProviderRule {
+  // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
+  const mcp = mcpBinding(given.mcp);
+  const input: ProviderInput =
+    mcp === undefined
+      ? given
+      : { ...given, hosts: [mcp.host], upstream: mcp.upstream, credentials: [], oauth: given.oauth ?? {} };
   const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry, input.oauth !== undefined);
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
@@ -250,7 +262,17 @@ function compileProvider(
     ...(mount === undefined ? {} : { mount }),
     ...(upstream === undefined ? {} : { upstream }),
     ...(auth === undefined ? {} : { auth }),
-    ...(oauth === undefined ? {} : { oauth: compileOAuth(oauth, ctx) }),
+    ...(oauth === undefined ? {} : { oauth: compileOAuth(oauth, ctx, mcp !== undefined) }),
+    ...(mcp === undefined || input.mcp === undefined
+      ? {}
+      : {
+          mcp: {
+            url: input.mcp,
+            ...(input.oauth?.client_metadata_url === undefined
+              ? {}
+              : { clientMetadataUrl: input.oauth.client_metadata_url }),
+          },
+        }),
     allowPrivateUpstream: input.allow_private_upstream ?? false,
     ...durationField("timeoutMs", input.timeout),
     fromCatalogue,
@@ -260,14 +282,15 @@ function compileProvider(
 export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
 export const DEFAULT_OAUTH_TOKEN_TIMEOUT_MS = 10_000;
 
-function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context): OAuthSpec {
-  const grant =
-    oauth.grant ??
-    (oauth.device_authorization_endpoint !== undefined
-      ? "device"
-      : oauth.authorization_endpoint !== undefined
-        ? "pkce"
-        : "device");
+function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context, mcp = false): OAuthSpec {
+  const grant = mcp
+    ? "pkce"
+    : (oauth.grant ??
+      (oauth.device_authorization_endpoint !== undefined
+        ? "device"
+        : oauth.authorization_endpoint !== undefined
+          ? "pkce"
+          : "device"));
   const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } =>
     (value === undefined ? {} : { [key]: value }) as { [P in K]?: string };
   return {
@@ -277,7 +300,7 @@ function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context):
     ...optional("authorizationEndpoint", oauth.authorization_endpoint),
     ...optional("tokenEndpoint", oauth.token_endpoint),
     ...optional("revocationEndpoint", oauth.revocation_endpoint),
-    clientId: oauth.client_id,
+    clientId: oauth.client_id ?? "",
     ...optional(
       "clientSecret",
       oauth.client_secret === undefined

@@ -12,6 +12,7 @@ import {
   effectivePlaceholderEnv,
   isOAuthOnly,
   type MergedProvider,
+  mcpBinding,
   mergeProviders,
 } from "./provider-defaults.js";
 import { CLIENT_NAME, PROVIDER_ID } from "./schema.js";
@@ -95,9 +96,12 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     const { id } = provider;
     const input = provider.input as Raw;
     const at = (...rest: PropertyKey[]): PropertyKey[] => ["providers", id, ...rest];
-    const hosts = Array.isArray(input.hosts) ? input.hosts : undefined;
+    // An MCP server (SPEC §15) binds its URL's host and serves its origin at the mount.
+    const mcp = mcpBinding(input.mcp);
+    const hosts = mcp !== undefined ? [mcp.host] : Array.isArray(input.hosts) ? input.hosts : undefined;
     const mount = input.mount;
-    const upstream = input.upstream;
+    const upstream = input.upstream ?? mcp?.upstream;
+    const oauth = input.oauth !== undefined || input.mcp !== undefined;
 
     if (mount !== undefined && upstream === undefined) {
       problems.push({
@@ -129,7 +133,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
         });
       } else {
         problems.push({
-          path: at("hosts", index),
+          path: mcp !== undefined ? at("mcp") : at("hosts", index),
           message: `${JSON.stringify(host)} is already bound to ${owner(other)}; a host belongs to one provider${overrideHint(other)}`,
         });
       }
@@ -148,12 +152,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     }
 
     const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    const env = effectivePlaceholderEnv(
-      id,
-      placeholder.env,
-      provider.catalogueEntry,
-      input.oauth !== undefined,
-    );
+    const env = effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth);
     const envOwner = envOwners.get(env);
     if (envOwner === undefined) envOwners.set(env, provider);
     else {
@@ -177,7 +176,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       });
     }
     if (isOAuthOnly(id)) {
-      if (input.oauth === undefined) {
+      if (!oauth) {
         problems.push({
           path: at(),
           message:

@@ -57,6 +57,23 @@ export function effectiveMount(id: string, mount: unknown, upstream: unknown): s
   return typeof upstream === "string" ? `/p/${id}` : undefined;
 }
 
+/**
+ * What `mcp: <url>` binds (SPEC §15): the URL's host (with its port when not 443) and its
+ * origin, which the mount stands for. Undefined for a value that is not an https URL (the
+ * schema reports it).
+ */
+export function mcpBinding(url: unknown): { host: string; upstream: string } | undefined {
+  if (typeof url !== "string") return undefined;
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return undefined;
+  }
+  if (u.protocol !== "https:") return undefined;
+  return { host: u.port === "" ? u.hostname : `${u.hostname}:${u.port}`, upstream: u.origin };
+}
+
 /** `codex-oauth` → `CODEX_OAUTH_ACCESS_TOKEN`: an OAuth provider's placeholder variable. */
 export function derivedTokenEnvName(id: string): string {
   return `${id.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_ACCESS_TOKEN`;

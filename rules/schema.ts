@@ -450,7 +450,10 @@ const oauthSchema = strict({
   authorization_endpoint: endpointUrl.optional(),
   token_endpoint: endpointUrl.optional(),
   revocation_endpoint: endpointUrl.optional(),
-  client_id: nonEmpty(),
+  /** Required, except for an MCP server (SPEC §15), whose client may be registered at login. */
+  client_id: nonEmpty().optional(),
+  /** SPEC §15: the client ID metadata document keybroker presents to an MCP server's AS. */
+  client_metadata_url: endpointUrl.optional(),
   client_secret: credentialRefSchema.optional(),
   client_auth: z.enum(["client_secret_basic", "client_secret_post"]).optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
@@ -469,23 +472,31 @@ const oauthSchema = strict({
     .optional(),
   max_response_bytes: byteSize.optional(),
   token_timeout: positiveDuration.optional(),
-}).superRefine((oauth, ctx) => {
+});
+
+type OAuthInput = z.infer<typeof oauthSchema>;
+type RefineContext = z.core.$RefinementCtx<unknown>;
+
+/** What an `oauth:` block needs beside a provider without `mcp:` (an MCP server discovers it). */
+function checkOAuth(oauth: OAuthInput, ctx: RefineContext): void {
   const discovered = oauth.issuer !== undefined;
-  const need = (key: keyof typeof oauth, why: string) => {
-    if (oauth[key] === undefined && !discovered) {
-      ctx.addIssue({ code: "custom", path: [key], message: `required key is missing: ${why}` });
-    }
+  const issue = (path: string[], message: string) =>
+    ctx.addIssue({ code: "custom", path: ["oauth", ...path], message });
+  const need = (key: keyof OAuthInput, why: string) => {
+    if (oauth[key] === undefined && !discovered) issue([key], `required key is missing: ${why}`);
   };
+  if (oauth.client_id === undefined) issue(["client_id"], "required key is missing (expected a string)");
+  if (oauth.client_metadata_url !== undefined) {
+    issue(["client_metadata_url"], "client_metadata_url belongs to an MCP server (mcp:) — remove it");
+  }
   need("token_endpoint", "every grant needs the token endpoint (or set issuer to discover it)");
   if (oauth.grant === "device") need("device_authorization_endpoint", "grant device needs it (or issuer)");
   if (oauth.grant === "pkce") need("authorization_endpoint", "grant pkce needs it (or issuer)");
   if (oauth.grant === "client_credentials" && oauth.client_secret === undefined) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["client_secret"],
-      message:
-        "required key is missing: grant client_credentials needs a client_secret (a credential reference)",
-    });
+    issue(
+      ["client_secret"],
+      "required key is missing: grant client_credentials needs a client_secret (a credential reference)",
+    );
   }
   if (
     oauth.grant === undefined &&
@@ -493,14 +504,72 @@ const oauthSchema = strict({
     oauth.device_authorization_endpoint === undefined &&
     oauth.authorization_endpoint === undefined
   ) {
-    ctx.addIssue(
-      "oauth needs device_authorization_endpoint (device grant), authorization_endpoint (code with PKCE), issuer, or grant: client_credentials",
+    ctx.addIssue({
+      code: "custom",
+      path: ["oauth"],
+      message:
+        "oauth needs device_authorization_endpoint (device grant), authorization_endpoint (code with PKCE), issuer, or grant: client_credentials",
+    });
+  }
+  if (oauth.client_auth !== undefined && oauth.client_secret === undefined) {
+    issue(["client_auth"], "client_auth needs a client_secret");
+  }
+}
+
+/** SPEC §15: an MCP server is reached at its URL; keybroker binds its host and logs in for it. */
+const mcpUrlSchema = parsedString("an MCP server URL", (value) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error('is not a URL — write the server\'s URL, such as "https://mcp.example.com/mcp"');
+  }
+  if (url.protocol !== "https:")
+    throw new Error('must be an https:// URL, such as "https://mcp.example.com/mcp"');
+  if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
+  if (url.hash !== "") throw new Error("must not have a #fragment");
+});
+
+/** The keys an MCP provider sets itself, and why they cannot be given beside `mcp:`. */
+const MCP_SETS: Record<string, string> = {
+  hosts: "mcp binds the server's host itself — remove hosts",
+  upstream: "mcp serves the server's origin at the mount itself — remove upstream",
+  credentials: "an MCP server's credentials are its logins (keybroker auth add) — remove credentials",
+  auth: "an MCP server authenticates with OAuth — remove auth",
+  inject: "keybroker sends the access token as Authorization: Bearer to an MCP server — remove inject",
+};
+
+/** An `oauth:` block beside `mcp:` overrides discovery; it logs in with a code and PKCE only. */
+function checkMcp(
+  provider: Record<string, unknown>,
+  oauth: OAuthInput | undefined,
+  ctx: RefineContext,
+): void {
+  for (const [key, message] of Object.entries(MCP_SETS)) {
+    if (provider[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message });
+  }
+  if (oauth === undefined) return;
+  const issue = (key: string, message: string) =>
+    ctx.addIssue({ code: "custom", path: ["oauth", key], message });
+  if (oauth.grant !== undefined && oauth.grant !== "pkce") {
+    issue(
+      "grant",
+      "an MCP server logs in with an authorization code and PKCE — remove grant, or set it to pkce",
+    );
+  }
+  if (oauth.device_authorization_endpoint !== undefined) {
+    issue(
+      "device_authorization_endpoint",
+      "an MCP server logs in with an authorization code and PKCE — remove it",
     );
   }
   if (oauth.client_auth !== undefined && oauth.client_secret === undefined) {
-    ctx.addIssue({ code: "custom", path: ["client_auth"], message: "client_auth needs a client_secret" });
+    issue("client_auth", "client_auth needs a client_secret");
   }
-});
+  if (oauth.client_secret !== undefined && oauth.client_id === undefined) {
+    issue("client_secret", "a client_secret belongs to a configured client_id — add client_id");
+  }
+}
 
 export const providerSchema = strict({
   hosts: listOf(hostPatternSchema, "a list of host patterns").optional(),
@@ -514,9 +583,14 @@ export const providerSchema = strict({
   upstream: upstreamSchema.optional(),
   auth: authSchema.optional(),
   oauth: oauthSchema.optional(),
+  /** SPEC §15: the URL of a remote MCP server (Streamable HTTP) keybroker logs in to. */
+  mcp: mcpUrlSchema.optional(),
   allow_private_upstream: z.boolean(expect("true or false")).optional(),
   /** How long the upstream may be silent (before its response headers, between body chunks). */
   timeout: positiveDuration.optional(),
+}).superRefine((provider, ctx) => {
+  if (provider.mcp !== undefined) checkMcp(provider, provider.oauth, ctx);
+  else if (provider.oauth !== undefined) checkOAuth(provider.oauth, ctx);
 });
 
 const infisicalSchema = strict({

@@ -79,6 +79,7 @@ export interface OAuthSpec {
   readonly authorizationEndpoint?: string;
   readonly tokenEndpoint?: string;
   readonly revocationEndpoint?: string;
+  /** The client's id; "" for an MCP server without one configured (registered at login). */
   readonly clientId: string;
   /** Credential reference of the client secret (confidential clients). */
   readonly clientSecret?: string;
@@ -94,6 +95,14 @@ export interface OAuthSpec {
   readonly maxResponseBytes: number;
   /** Time limit of every request to the authorization server. */
   readonly tokenTimeoutMs: number;
+}
+
+/** SPEC §15: a remote MCP server keybroker logs in to and injects the access token for. */
+export interface McpSpec {
+  /** The server's URL as written (`https://mcp.example.com/mcp`): the OAuth `resource`. */
+  readonly url: string;
+  /** `oauth.client_metadata_url`: the client ID metadata document the user hosts. */
+  readonly clientMetadataUrl?: string;
 }
 
 export interface ProviderRule {
@@ -128,7 +137,9 @@ export interface ProviderRule {
   /** Upstream for reverse mode: an origin with an optional base path, e.g. `https://openrouter.ai/api`. */
   readonly upstream?: string;
   readonly auth?: ProviderAuth;
+  /** For an MCP server: the `pkce` grant, with what the rule file's `oauth:` overrides. */
   readonly oauth?: OAuthSpec;
+  readonly mcp?: McpSpec;
   /** The provider may reach upstream addresses in loopback/private ranges. */
   readonly allowPrivateUpstream: boolean;
   /** Upstream silence allowed for this provider; unset = `timeouts.upstream`. */
