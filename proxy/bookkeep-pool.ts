@@ -10,6 +10,7 @@ import { emitHeld, type ForwardResult, forward } from "./forward.js";
 import { setHeader } from "./headers.js";
 import { scrubText } from "./scrub-stream.js";
 import { createPlanInjection } from "./stages/inject.js";
+import { mcpAnswer } from "./stages/mcp.js";
 import { hasAlternatives, prepareAttempt, signRequest } from "./stages/pick-credential.js";
 
 export const DEFAULT_COOLDOWN_MS = 60_000;
@@ -174,12 +175,14 @@ export async function forwardWithPool(
       result = await forward(agent, x, { hold: holdFor(x) });
       continue;
     }
-    const marked = bookkeep(x, held, log, onEvent);
+    // An MCP server's challenge never reaches the agent (SPEC §15): its refusal is keybroker's.
+    if (x.provider?.rule.mcp !== undefined) result.held = mcpAnswer(x, held);
+    const marked = bookkeep(x, result.held, log, onEvent);
     // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.
     if (marked) await x.pools.durable();
     // Only a body in memory can be sent again, and only where there is another credential.
     if (!marked || x.body === undefined || !hasAlternatives(x)) {
-      emitHeld(x, held);
+      emitHeld(x, result.held);
       return result;
     }
     const from = x.provider!.rule.id;

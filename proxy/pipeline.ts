@@ -2,7 +2,7 @@
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
 //   limitClientRate → matchProvider → checkHostBinding → checkPlaceholders → checkRole
-//   → applyPolicy → requireAudit → planInjection → holdForApproval
+//   → applyPolicy → requireAudit → planInjection → planMcp → holdForApproval
 //   → readBody → checkBodyPlaceholders → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
@@ -16,6 +16,7 @@ import { checkRole } from "./stages/check-role.js";
 import { createHoldForApproval } from "./stages/hold-for-approval.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
 import { createLimitClientRate } from "./stages/limit-client-rate.js";
+import { planMcp } from "./stages/mcp.js";
 import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
 import { createRequireAudit } from "./stages/require-audit.js";
 
@@ -43,6 +44,7 @@ export function requestStages(
     applyPolicy,
     createRequireAudit(auditWritable),
     createPlanInjection(log),
+    planMcp,
     createHoldForApproval(approvals),
     readBody,
     checkBodyPlaceholders,

@@ -31,6 +31,8 @@ import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
+import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
+import { McpStore } from "../secrets/oauth/mcp-store.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
 import { PoolState } from "../secrets/pool.js";
@@ -320,6 +322,10 @@ export class Broker implements AdminHost {
       logins: this.logins,
       rule: (provider) => this.#rt.providers.get(provider)?.rule,
       client: (provider) => this.oauthClient(provider),
+      loginClient: (provider, id) => {
+        const rule = this.#rt.providers.get(provider)?.rule;
+        return rule?.mcp === undefined ? undefined : this.#mcpClient(rule, id);
+      },
       onEvent: (decision, login, detail) => {
         const fingerprint = fingerprintOf(login.accessToken);
         this.#audit?.record({
@@ -360,7 +366,8 @@ export class Broker implements AdminHost {
   /** The OAuth client of a provider with `oauth:` (one per rule set), on the broker's agent. */
   oauthClient(provider: string): OAuthClient | undefined {
     const rule = this.#rt.providers.get(provider)?.rule;
-    if (rule?.oauth === undefined) return undefined;
+    // An MCP server's client belongs to each login (its binding): see #mcpClient.
+    if (rule?.oauth === undefined || rule.mcp !== undefined) return undefined;
     let client = this.#oauthClients.get(rule);
     if (client === undefined) {
       const spec = rule.oauth;
@@ -387,6 +394,20 @@ export class Broker implements AdminHost {
   /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */
   reloadRules(): Promise<void> {
     return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));
+  }
+
+  /** An MCP login's client: its binding (read at refresh time, off the request path). */
+  async #mcpClient(rule: ProviderRule, id: string): Promise<OAuthClient | undefined> {
+    const store = new McpStore(this.home);
+    const binding = await store.binding(rule.id, id);
+    if (binding === undefined) return undefined;
+    const spec = rule.oauth!;
+    const resolver = this.#rt.resolver;
+    const configured = async () =>
+      spec.clientSecret === undefined
+        ? undefined
+        : (await resolver.resolve(spec.clientSecret)).secret?.reveal();
+    return mcpClient(rule, binding, () => this.#agent, bindingSecret(binding, store, configured));
   }
 
   #allowsPrivate(rt: Runtime, host: string, port: number): boolean {

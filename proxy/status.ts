@@ -85,11 +85,13 @@ export function providerStatuses(
       hosts: p.rule.hosts.map((h) => h.source),
       mount: p.rule.mount,
       note:
-        p.rule.oauth === undefined
-          ? undefined
-          : p.rule.oauth.grant === "client_credentials"
-            ? "authenticates with OAuth client credentials: the broker fetches its token, no login"
-            : `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`,
+        p.rule.mcp !== undefined
+          ? `MCP server ${p.rule.mcp.url}: keybroker logs in to it (keybroker auth add ${p.rule.id})`
+          : p.rule.oauth === undefined
+            ? undefined
+            : p.rule.oauth.grant === "client_credentials"
+              ? "authenticates with OAuth client credentials: the broker fetches its token, no login"
+              : `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`,
       credentials:
         p.rule.oauth !== undefined
           ? logins(p.rule.id).map((l) => loginStatus(l, states[l.id]))

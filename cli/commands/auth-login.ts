@@ -1,6 +1,7 @@
 // `keybroker auth add|remove|list` for OAuth providers (SPEC §8): makes a login with the
 // device grant or a code with PKCE, stores it only once complete, and deletes (revoking) one.
 import { spawn } from "node:child_process";
+import type { Agent } from "undici";
 import { AuditTrail } from "../../audit/audit-trail.js";
 import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
@@ -8,8 +9,10 @@ import type { ProviderRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
 import { deviceLogin } from "../../secrets/oauth/device-login.js";
 import { checkLabel, DEFAULT_LABEL, describeLogin, newLogin } from "../../secrets/oauth/login.js";
+import { bindingSecret, mcpClient, mcpLogin } from "../../secrets/oauth/mcp-login.js";
+import { type McpBinding, McpStore } from "../../secrets/oauth/mcp-store.js";
 import { createOAuthAgent } from "../../secrets/oauth/oauth-agent.js";
-import { OAuthClient } from "../../secrets/oauth/oauth-client.js";
+import { OAuthClient, type Tokens } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
 import type { TokenStore } from "../../secrets/oauth/token-store.js";
 import { PoolState } from "../../secrets/pool.js";
@@ -31,16 +34,20 @@ function oauthClient(
   ctx: Context,
   rules: Rules,
   rule: ProviderRule,
-): { client: OAuthClient; close: () => void } {
+  binding?: McpBinding,
+): { client: OAuthClient; close: () => void; secret: () => Promise<string | undefined>; agent: Agent } {
   const spec = rule.oauth!;
   const agent = createOAuthAgent(rules);
   const resolver = localResolver(ctx, rules);
-  const client = new OAuthClient(rule.id, spec, agent, async () =>
+  const secret = async () =>
     spec.clientSecret === undefined
       ? undefined
-      : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
-  );
-  return { client, close: () => void agent.close().catch(() => {}) };
+      : (await resolver.resolve(spec.clientSecret)).secret?.reveal();
+  const client =
+    binding === undefined
+      ? new OAuthClient(rule.id, spec, agent, secret)
+      : mcpClient(rule, binding, agent, bindingSecret(binding, new McpStore(ctx.home), secret));
+  return { client, close: () => void agent.close().catch(() => {}), secret, agent };
 }
 
 /** Opens a URL with the platform's opener, where there is one; the URL is printed anyway. */
@@ -103,6 +110,9 @@ export async function addLogin(
     }
     throw new UsageError(`--flow: expected device or pkce, got "${flow}"`);
   }
+  if (rule.mcp !== undefined && flow !== "pkce") {
+    throw new UsageError(`${rule.id} is an MCP server: it logs in with --flow pkce only`);
+  }
   const port = opts.port === undefined ? undefined : Number(opts.port);
   if (port !== undefined && !(Number.isInteger(port) && port > 0 && port < 65536)) {
     throw new UsageError(`--port: expected a port number, got "${opts.port}"`);
@@ -111,17 +121,30 @@ export async function addLogin(
   if (opts.timeout !== undefined && (waitMs === undefined || waitMs <= 0)) {
     throw new UsageError(`--timeout: expected a duration such as 10m, got "${opts.timeout}"`);
   }
-  const { client, close } = oauthClient(ctx, rules, rule);
+  const { client, close, secret, agent } = oauthClient(ctx, rules, rule);
   try {
-    const tokens =
-      flow === "device"
-        ? await deviceLogin(client, ctx.out)
-        : await pkceLogin(client, {
-            ...(port === undefined ? {} : { port }),
-            ...(waitMs === undefined ? {} : { waitMs }),
-            print: ctx.out,
-            ...(opts.noBrowser ? {} : { openBrowser }),
-          });
+    const pkce = {
+      ...(port === undefined ? {} : { port }),
+      ...(waitMs === undefined ? {} : { waitMs }),
+      print: ctx.out,
+      ...(opts.noBrowser ? {} : { openBrowser }),
+    };
+    let tokens: Tokens;
+    if (rule.mcp !== undefined) {
+      // SPEC §15: discovered at the server; the binding is stored before the login it belongs to.
+      const store = new McpStore(ctx.home);
+      const made = await mcpLogin(rule, {
+        ...pkce,
+        id: label,
+        dispatcher: agent,
+        store,
+        configuredSecret: secret,
+      });
+      store.putBinding(made.binding);
+      tokens = made.tokens;
+    } else {
+      tokens = flow === "device" ? await deviceLogin(client, ctx.out) : await pkceLogin(client, pkce);
+    }
     const login = newLogin(rule.id, label, tokens);
     const store = await openTokenStore(ctx, rules);
     try {
@@ -187,7 +210,9 @@ async function removeFrom(
   }
   let revoked = false;
   let warning: string | undefined;
-  const { client, close } = oauthClient(ctx, rules, rule);
+  const mcp = rule.mcp === undefined ? undefined : new McpStore(ctx.home);
+  const binding = await mcp?.binding(rule.id, credential);
+  const { client, close } = oauthClient(ctx, rules, rule, binding);
   try {
     revoked = await client.revoke(
       login.refreshToken ?? login.accessToken,
@@ -205,6 +230,7 @@ async function removeFrom(
     credential,
     token: login.accessToken,
   });
+  await mcp?.removeBinding(rule.id, credential);
   ctx.out(
     `${rule.id}: removed login "${credential}"${revoked ? " and revoked it at the authorization server" : ""}`,
   );

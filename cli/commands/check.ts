@@ -213,7 +213,12 @@ async function reportProvider(
   }
   if (rule.oauth !== undefined) {
     const logins = (await readLogins(home)).filter((l) => l.provider === id).map(describeLogin);
-    const never = isOAuthOnly(id) ? `; it never reads ${derivedEnvName(id)} or any other API key` : "";
+    const never =
+      rule.mcp !== undefined
+        ? ` (MCP server ${rule.mcp.url})`
+        : isOAuthOnly(id)
+          ? `; it never reads ${derivedEnvName(id)} or any other API key`
+          : "";
     if (logins.length === 0) {
       out(
         `${id}: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add ${id})${never}`,

@@ -56,7 +56,7 @@ function safeDecode(s: string): string {
   }
 }
 
-function assertClientMayUse(x: Exchange): void {
+export function assertClientMayUse(x: Exchange): void {
   const id = x.provider!.rule.id;
   if (!x.rt.clientAllows(x.client, id)) {
     throw new BrokerError(

@@ -66,8 +66,11 @@ export class OAuthClient {
     spec: OAuthSpec,
     dispatcher: Dispatcher | (() => Dispatcher),
     clientSecret: () => Promise<string | undefined> = async () => undefined,
+    /** The authorization server's metadata when already known (an MCP login's): no discovery. */
+    server?: oauth.AuthorizationServer,
   ) {
     this.provider = provider;
+    if (server !== undefined) this.#server = Promise.resolve(server);
     this.spec = spec;
     this.#clientSecret = clientSecret;
     this.#fetch = cappedFetch({

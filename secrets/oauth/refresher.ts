@@ -50,6 +50,11 @@ export interface RefresherOptions {
   readonly logins: OAuthLogins;
   /** The OAuth client of a provider, or undefined when it has no oauth block any more. */
   readonly client: (provider: string) => OAuthClient | undefined;
+  /**
+   * The client of one login where it depends on the login (an MCP server's, read from the
+   * login's binding); undefined for the others, which use `client`.
+   */
+  readonly loginClient?: (provider: string, id: string) => Promise<OAuthClient | undefined> | undefined;
   readonly rule: (provider: string) => ProviderRule | undefined;
   readonly onEvent: (decision: "refreshed" | "reauth_required", login: StoredLogin, detail?: string) => void;
   /** Each refresh token sent, by result: ok, failed (tried again later), rejected (permanently). */
@@ -121,7 +126,7 @@ export class Refresher {
 
   async #refresh(provider: string, id: string, stale: string): Promise<LoginEntry | undefined> {
     const { logins } = this.#opts;
-    const client = this.#opts.client(provider);
+    const client = (await this.#opts.loginClient?.(provider, id)) ?? this.#opts.client(provider);
     if (client === undefined) return logins.get(provider, id);
     const store = logins.store;
     const timeout = client.spec.tokenTimeoutMs;
