@@ -46,7 +46,7 @@ export async function clientIdentity(o: IdentityOptions): Promise<ClientIdentity
     );
   }
   const kept = await o.store.registration(issuer);
-  if (kept !== undefined && kept.redirectUris.includes(o.redirectUri)) {
+  if (kept?.redirectUris.includes(o.redirectUri)) {
     return {
       clientId: kept.clientId,
       authMethod: kept.authMethod,

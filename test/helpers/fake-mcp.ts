@@ -65,6 +65,8 @@ export interface FakeMcp {
   progressSeen: (step: number) => Promise<void>;
   /** Revokes every grant: the user withdrew keybroker's access. */
   revokeAll(): void;
+  /** Forgets every access token (refresh tokens stay good), as a server that restarted. */
+  dropAccessTokens(): void;
   close(): Promise<void>;
 }
 
@@ -89,6 +91,7 @@ export async function startFakeMcp(): Promise<FakeMcp> {
     issued: [],
     resources: [],
     progressSeen: async () => {},
+    dropAccessTokens: () => access.clear(),
     revokeAll: () => {
       for (let g = 0; g < grants; g++) revoked.add(g);
     },

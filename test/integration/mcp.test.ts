@@ -274,6 +274,24 @@ describe("an MCP server behind keybroker", () => {
     for (const s of fake.mcpSeen) expect(fake.issued).toContain(String(s.headers.authorization).slice(7));
   });
 
+  it("refreshes once after the server refuses the token, and sends the request again", async () => {
+    fake.dropAccessTokens();
+    fake.mcpSeen.length = 0;
+    const before = fake.resources.length;
+    const { client } = await agentClient(`${broker.url}/p/notes/mcp`);
+    expect(await client.callTool({ name: "echo", arguments: { text: "again" } })).toMatchObject({
+      content: [{ type: "text", text: "echo: again" }],
+    });
+    await client.close();
+    expect(fake.resources.slice(before)).toEqual([{ step: "refresh", resource: MCP_URL }]);
+    // The initialize was refused once, then sent again with the new token.
+    const inits = fake.mcpSeen.filter(
+      (s) => (s.body as { method?: string } | undefined)?.method === "initialize",
+    );
+    expect(inits).toHaveLength(2);
+    expect(inits[0]!.headers.authorization).not.toBe(inits[1]!.headers.authorization);
+  });
+
   it("after the grant is revoked, the agent gets 401 reauth_required and no challenge", async () => {
     const mount = `${broker.url}/p/notes/mcp`;
     fake.revokeAll();
