@@ -10,6 +10,10 @@ const WORKERS = availableParallelism();
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The MCP conformance suite runs on its own (npm run test:conformance).
+    exclude: process.env.KEYBROKER_CONFORMANCE
+      ? ["**/node_modules/**"]
+      : ["test/conformance/**", "**/node_modules/**"],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: "forks",

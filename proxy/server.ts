@@ -27,12 +27,13 @@ import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
 import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
 import { isLoopbackHost } from "../rules/address.js";
-import { hostMatches, normalizeHost } from "../rules/host-pattern.js";
+import { normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
 import { McpStore } from "../secrets/oauth/mcp-store.js";
+import { allowsPrivate } from "../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
 import { PoolState } from "../secrets/pool.js";
@@ -411,9 +412,7 @@ export class Broker implements AdminHost {
   }
 
   #allowsPrivate(rt: Runtime, host: string, port: number): boolean {
-    return rt.rules.providers.some(
-      (p) => p.allowPrivateUpstream && p.hosts.some((h) => hostMatches(h, host, port)),
-    );
+    return allowsPrivate(rt.rules, host, port);
   }
 
   async listen(): Promise<BrokerAddress> {
@@ -641,12 +640,14 @@ export class Broker implements AdminHost {
       const upstream = new URL(mounted.provider.rule.upstream!);
       const after = url.slice(mounted.provider.rule.mount!.length);
       const rest = after.startsWith("/") ? after : "/" + after;
+      // Only an MCP server on loopback may be plain http (rules/schema.ts).
+      const http = upstream.protocol === "http:";
       return {
         mode: "reverse",
         client,
         host: normalizeHost(upstream.hostname),
-        port: Number(upstream.port) || 443,
-        scheme: "https",
+        port: Number(upstream.port) || (http ? 80 : 443),
+        scheme: http ? "http" : "https",
         path: upstream.pathname.replace(/\/$/, "") + rest,
         sni: undefined,
         provider: mounted.provider,

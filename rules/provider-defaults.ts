@@ -70,6 +70,7 @@ export function mcpBinding(url: unknown): { host: string; upstream: string } | u
   } catch {
     return undefined;
   }
+  if (u.protocol === "http:") return { host: `${u.hostname}:${u.port || 80}`, upstream: u.origin };
   if (u.protocol !== "https:") return undefined;
   return { host: u.port === "" ? u.hostname : `${u.hostname}:${u.port}`, upstream: u.origin };
 }

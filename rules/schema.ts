@@ -524,8 +524,12 @@ const mcpUrlSchema = parsedString("an MCP server URL", (value) => {
   } catch {
     throw new Error('is not a URL — write the server\'s URL, such as "https://mcp.example.com/mcp"');
   }
-  if (url.protocol !== "https:")
-    throw new Error('must be an https:// URL, such as "https://mcp.example.com/mcp"');
+  // Plain http only on loopback (a local server, the conformance suite's): served at the mount.
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && isLoopbackUrlHost(url.hostname))) {
+    throw new Error(
+      'must be an https:// URL, such as "https://mcp.example.com/mcp" (http:// only for 127.0.0.1, ::1 and localhost)',
+    );
+  }
   if (url.username !== "" || url.password !== "") throw new Error("must not carry credentials");
   if (url.hash !== "") throw new Error("must not have a #fragment");
 });

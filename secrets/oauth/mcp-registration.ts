@@ -70,28 +70,30 @@ async function register(o: IdentityOptions): Promise<McpRegistration> {
     [oauth.customFetch]: o.fetch as unknown as typeof globalThis.fetch,
     [oauth.allowInsecureRequests]: true,
   };
-  let client: Awaited<ReturnType<typeof oauth.processDynamicClientRegistrationResponse>>;
-  try {
-    const res = await oauth.dynamicClientRegistrationRequest(
-      o.server,
-      {
-        client_name: "keybroker",
-        redirect_uris: [o.redirectUri],
-        grant_types: ["authorization_code", "refresh_token"],
-        response_types: ["code"],
-        token_endpoint_auth_method: "none",
-        application_type: "native",
-      },
-      options,
+  const res = await oauth.dynamicClientRegistrationRequest(
+    o.server,
+    {
+      client_name: "keybroker",
+      redirect_uris: [o.redirectUri],
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "none",
+      application_type: "native",
+    },
+    options,
+  );
+  // Read leniently (servers send null for the fields they leave out), but a client_id it must have.
+  const client = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+  if (res.status !== 201 && res.status !== 200) {
+    const error = typeof client.error === "string" ? client.error.slice(0, 80) : `HTTP ${res.status}`;
+    const about =
+      typeof client.error_description === "string" ? ` (${client.error_description.slice(0, 200)})` : "";
+    throw new McpDiscoveryError(
+      `the authorization server ${o.server.issuer} refused to register keybroker: ${error}${about} — register it there and set oauth.client_id`,
     );
-    client = await oauth.processDynamicClientRegistrationResponse(res);
-  } catch (err) {
-    if (err instanceof oauth.ResponseBodyError) {
-      throw new McpDiscoveryError(
-        `the authorization server ${o.server.issuer} refused to register keybroker: ${err.error}${err.error_description ? ` (${err.error_description.slice(0, 200)})` : ""} — register it there and set oauth.client_id`,
-      );
-    }
-    throw err;
+  }
+  if (typeof client.client_id !== "string" || client.client_id === "") {
+    throw new McpDiscoveryError(`the registration answer of ${o.server.issuer} has no client_id`);
   }
   const method = String(
     client.token_endpoint_auth_method ?? (client.client_secret ? "client_secret_basic" : "none"),

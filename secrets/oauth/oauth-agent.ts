@@ -2,6 +2,7 @@
 // the same `resolve`, `upstream_ca` and private-address rule as the broker's own agent.
 import type { Agent } from "undici";
 import { createUpstreamAgent } from "../../proxy/upstream.js";
+import { isLoopbackHost } from "../../rules/address.js";
 import { hostMatches } from "../../rules/host-pattern.js";
 import type { Rules } from "../../rules/types.js";
 
@@ -10,10 +11,23 @@ export function createOAuthAgent(rules: Rules): Agent {
     upstreamCa: rules.upstreamCa,
     policy: {
       resolve: (host, port) => rules.resolve.get(`${host}:${port}`),
-      allowsPrivate: (host, port) =>
-        rules.providers.some(
-          (p) => p.allowPrivateUpstream && p.hosts.some((h) => hostMatches(h, host, port)),
-        ),
+      allowsPrivate: (host, port) => allowsPrivate(rules, host, port),
     },
   });
+}
+
+/**
+ * `allow_private_upstream`: a provider's own hosts may be private addresses; so may the
+ * authorization server of an MCP server on loopback, when that is on loopback too (a local
+ * setup, such as the MCP conformance suite's, where the port is only known at login).
+ */
+export function allowsPrivate(rules: Rules, host: string, port: number): boolean {
+  return rules.providers.some(
+    (p) =>
+      p.allowPrivateUpstream &&
+      (p.hosts.some((h) => hostMatches(h, host, port)) ||
+        (p.mcp !== undefined &&
+          isLoopbackHost(host.replace(/^\[|\]$/g, "")) &&
+          isLoopbackHost(new URL(p.mcp.url).hostname.replace(/^\[|\]$/g, "")))),
+  );
 }

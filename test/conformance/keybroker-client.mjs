@@ -1,0 +1,130 @@
+// The "client" the official MCP conformance suite (`conformance client --suite auth`) drives:
+// keybroker's login plus the SDK's own Client, with no auth provider, through the mount. Given
+// the scenario's server URL (the last argument), it writes a rule file with `mcp: <url>`, runs
+// `keybroker auth add` (acting as the browser: the suite's authorization server approves at
+// once), starts the broker, and has the SDK client initialize, list tools and call the first.
+// A pre-registered client in MCP_CONFORMANCE_CONTEXT becomes `oauth.client_id`/`client_secret`.
+import { spawn, spawnSync } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const CLI = resolve(import.meta.dirname, "../../dist/cli/main.js");
+const url = process.argv.at(-1);
+const context = JSON.parse(process.env.MCP_CONFORMANCE_CONTEXT ?? "{}");
+const home = mkdtempSync(join(tmpdir(), "kb-conformance-"));
+const oauth = [
+  "token_timeout: 5s",
+  "client_metadata_url: https://conformance-test.local/client-metadata.json",
+];
+const env = { PATH: process.env.PATH, HOME: process.env.HOME };
+if (context.client_id !== undefined) oauth.push(`client_id: ${JSON.stringify(context.client_id)}`);
+if (context.client_secret !== undefined) {
+  oauth.push("client_secret: env:CONFORMANCE_CLIENT_SECRET");
+  env.CONFORMANCE_CLIENT_SECRET = context.client_secret;
+}
+const config = join(home, "keybroker.yaml");
+writeFileSync(
+  config,
+  `version: 1
+catalogue: false
+providers:
+  conf:
+    mcp: ${url}
+    allow_private_upstream: true
+    oauth:
+${oauth.map((l) => `      ${l}`).join("\n")}
+`,
+);
+const args = ["--home", home, "--config", config];
+
+async function freePort() {
+  const s = createServer().listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** `keybroker auth add conf`, with this script as the browser. */
+async function login() {
+  const port = String(await freePort());
+  const child = spawn(
+    process.execPath,
+    [CLI, "auth", "add", "conf", "--no-browser", "--port", port, ...args],
+    {
+      env,
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
+  let out = "";
+  const authorize = await new Promise((ok, fail) => {
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = /open: (\S+)/.exec(out);
+      if (m) ok(m[1]);
+    });
+    child.once("close", (code) => fail(new Error(`auth add ended (${code}): ${out}`)));
+  });
+  const res = await fetch(authorize, { redirect: "manual" });
+  const back = res.headers.get("location");
+  if (back === null) throw new Error(`the authorization server answered ${res.status}`);
+  await (await fetch(back)).text();
+  const code = await new Promise((ok) => child.once("close", ok));
+  process.stderr.write(out);
+  if (code !== 0) throw new Error(`auth add failed (${code})`);
+}
+
+async function startBroker() {
+  const child = spawn(process.execPath, [CLI, "start", "--port", "0", ...args], {
+    env,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  const base = await new Promise((ok, fail) => {
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) ok(m[1]);
+    });
+    child.once("close", (code) => fail(new Error(`the broker exited (${code}): ${out}`)));
+  });
+  return { base, stop: () => child.kill("SIGTERM") };
+}
+
+/** Connects once the broker serves the new login (it follows the token store). */
+async function connect(mount) {
+  for (let tries = 0; ; tries++) {
+    const client = new Client({ name: "keybroker-conformance", version: "1.0.0" });
+    try {
+      await client.connect(new StreamableHTTPClientTransport(mount));
+      return client;
+    } catch (err) {
+      if (tries >= 50) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+let broker;
+try {
+  // The broker starts while the user logs in, and takes the login up when it is stored.
+  const starting = startBroker();
+  await login();
+  broker = await starting;
+  const mount = new URL(`${broker.base}/p/conf${new URL(url).pathname}`);
+  const client = await connect(mount);
+  const { tools } = await client.listTools();
+  if (tools[0] !== undefined) await client.callTool({ name: tools[0].name, arguments: {} });
+  await client.close();
+} catch (err) {
+  process.stderr.write(`${err.stack ?? err}\n`);
+  process.exitCode = 1;
+} finally {
+  broker?.stop();
+  spawnSync("rm", ["-rf", home]);
+}
