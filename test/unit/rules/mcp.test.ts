@@ -43,6 +43,12 @@ describe("mcp: <url>", () => {
     expect(p.mount).toBe("/p/n");
   });
 
+  it("accepts plain http for a server on loopback only, served at the mount", () => {
+    const p = provider("  local:\n    mcp: http://127.0.0.1:9000/mcp\n", "local");
+    expect(p.upstream).toBe("http://127.0.0.1:9000");
+    expect(p.hosts.map((h) => `${h.host}:${h.port}`)).toEqual(["127.0.0.1:9000"]);
+  });
+
   it("takes a pre-registered client, scopes and a client metadata document from oauth:", () => {
     const p = provider(
       [
