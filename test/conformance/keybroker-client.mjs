@@ -50,50 +50,41 @@ async function freePort() {
   return port;
 }
 
-/** `keybroker auth add conf`, with this script as the browser. */
-async function login() {
-  const port = String(await freePort());
-  const child = spawn(
-    process.execPath,
-    [CLI, "auth", "add", "conf", "--no-browser", "--port", port, ...args],
-    {
-      env,
-      stdio: ["ignore", "pipe", "inherit"],
-    },
-  );
-  let out = "";
-  const authorize = await new Promise((ok, fail) => {
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = /open: (\S+)/.exec(out);
-      if (m) ok(m[1]);
-    });
-    child.once("close", (code) => fail(new Error(`auth add ended (${code}): ${out}`)));
-  });
-  const res = await fetch(authorize, { redirect: "manual" });
-  const back = res.headers.get("location");
-  if (back === null) throw new Error(`the authorization server answered ${res.status}`);
-  await (await fetch(back)).text();
-  const code = await new Promise((ok) => child.once("close", ok));
-  process.stderr.write(out);
-  if (code !== 0) throw new Error(`auth add failed (${code})`);
-}
-
-async function startBroker() {
-  const child = spawn(process.execPath, [CLI, "start", "--port", "0", ...args], {
+/** Runs `keybroker <argv>` until its output matches `pattern`: the match, and its exit. */
+async function keybroker(argv, pattern) {
+  const child = spawn(process.execPath, [CLI, ...argv, ...args], {
     env,
     stdio: ["ignore", "pipe", "inherit"],
   });
   let out = "";
-  const base = await new Promise((ok, fail) => {
+  const closed = new Promise((ok) => child.once("close", ok));
+  const match = await new Promise((ok, fail) => {
     child.stdout.on("data", (d) => {
       out += d;
-      const m = /listening on (http:\/\/\S+)/.exec(out);
+      const m = pattern.exec(out);
       if (m) ok(m[1]);
     });
-    child.once("close", (code) => fail(new Error(`the broker exited (${code}): ${out}`)));
+    closed.then((code) => fail(new Error(`keybroker ${argv[0]} ended (${code}): ${out}`)));
   });
-  return { base, stop: () => child.kill("SIGTERM") };
+  return { match, closed, out: () => out, stop: () => child.kill("SIGTERM") };
+}
+
+/** `keybroker auth add conf`, with this script as the browser. */
+async function login() {
+  const port = String(await freePort());
+  const run = await keybroker(["auth", "add", "conf", "--no-browser", "--port", port], /open: (\S+)/);
+  const res = await fetch(run.match, { redirect: "manual" });
+  const back = res.headers.get("location");
+  if (back === null) throw new Error(`the authorization server answered ${res.status}`);
+  await (await fetch(back)).text();
+  const code = await run.closed;
+  process.stderr.write(run.out());
+  if (code !== 0) throw new Error(`auth add failed (${code})`);
+}
+
+async function startBroker() {
+  const run = await keybroker(["start", "--port", "0"], /listening on (http:\/\/\S+)/);
+  return { base: run.match, stop: run.stop };
 }
 
 /** Connects once the broker serves the new login (it follows the token store). */

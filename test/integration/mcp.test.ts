@@ -8,7 +8,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -26,6 +25,7 @@ import {
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
+import { freePort } from "../helpers/cli-session.js";
 import { AS_HOST, type FakeMcp, MCP_URL, mcpRules, startFakeMcp } from "../helpers/fake-mcp.js";
 
 let fake: FakeMcp;
@@ -33,14 +33,6 @@ let broker: BrokerProcess;
 let home: string;
 let config: string;
 let dir: string;
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, "127.0.0.1");
-  await once(s, "listening");
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** What the agent's client saw of each answer (the SDK hides the headers of a refusal). */
 interface Answer {
@@ -73,6 +65,20 @@ async function agentClient(
   const client = new Client({ name: "agent", version: "1.0.0" });
   await client.connect(transport);
   return { client, transport, answers };
+}
+
+/** An SDK client, with no auth provider, that cannot connect: every answer it got. */
+async function refusedConnect(url: string): Promise<Answer[]> {
+  const answers: Answer[] = [];
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    fetch: async (input, init) => {
+      const res = (await undiciFetch(String(input), init as object)) as unknown as Response;
+      answers.push({ status: res.status, headers: res.headers, body: await res.clone().text() });
+      return res;
+    },
+  });
+  await expect(new Client({ name: "agent", version: "1" }).connect(transport)).rejects.toThrow();
+  return answers;
 }
 
 /** `keybroker auth add notes`, with the test as the user's browser. */
@@ -134,15 +140,7 @@ afterAll(async () => {
 describe("an MCP server behind keybroker", () => {
   it("answers 401 reauth_required before any login, and the agent never reaches the authorization server", async () => {
     const mount = `${broker.url}/p/notes/mcp`;
-    const answers: Answer[] = [];
-    const transport = new StreamableHTTPClientTransport(new URL(mount), {
-      fetch: async (input, init) => {
-        const res = (await undiciFetch(String(input), init as object)) as unknown as Response;
-        answers.push({ status: res.status, headers: res.headers, body: await res.clone().text() });
-        return res;
-      },
-    });
-    await expect(new Client({ name: "agent", version: "1" }).connect(transport)).rejects.toThrow();
+    const answers = await refusedConnect(mount);
     expect(answers).toHaveLength(1);
     const [a] = answers;
     expect(a!.status).toBe(401);
@@ -297,15 +295,7 @@ describe("an MCP server behind keybroker", () => {
     fake.revokeAll();
     const asBefore = fake.asSeen.length;
     fake.mcpSeen.length = 0;
-    const answers: Answer[] = [];
-    const transport = new StreamableHTTPClientTransport(new URL(mount), {
-      fetch: async (input, init) => {
-        const res = (await undiciFetch(String(input), init as object)) as unknown as Response;
-        answers.push({ status: res.status, headers: res.headers, body: await res.clone().text() });
-        return res;
-      },
-    });
-    await expect(new Client({ name: "agent", version: "1" }).connect(transport)).rejects.toThrow();
+    const answers = await refusedConnect(mount);
     expect(answers.map((a) => a.status)).toEqual([401]);
     expect(answers[0]!.headers.get("www-authenticate")).toBeNull();
     expect(JSON.parse(answers[0]!.body!).error).toMatchObject({
