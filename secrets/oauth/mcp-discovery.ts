@@ -106,12 +106,12 @@ async function readResourceMetadata(
     }
   } catch (err) {
     throw new McpDiscoveryError(
-      `the protected resource metadata at ${where} is not valid: ${(err as Error).message}; nothing was stored`,
+      `the protected resource metadata at ${where} is not valid: ${(err as Error).message}`,
     );
   }
   if (!resourceCovers(json.resource, serverUrl)) {
     throw new McpDiscoveryError(
-      `the protected resource metadata at ${where} is for ${JSON.stringify(json.resource).slice(0, 200)}, not for ${serverUrl.href}; nothing was stored`,
+      `the protected resource metadata at ${where} is for ${JSON.stringify(json.resource).slice(0, 200)}, not for ${serverUrl.href}`,
     );
   }
   return json;
@@ -183,7 +183,7 @@ export async function authorizationServerMetadata(
       return await oauth.processDiscoveryResponse(url, res);
     } catch (err) {
       throw new McpDiscoveryError(
-        `the ${algorithm === "oauth2" ? "RFC 8414" : "OpenID"} metadata of ${issuer} is not valid (${(err as Error).message}); nothing was stored`,
+        `the ${algorithm === "oauth2" ? "RFC 8414" : "OpenID"} metadata of ${issuer} is not valid (${(err as Error).message})`,
       );
     }
   }

@@ -101,12 +101,11 @@ async function connect(mount) {
   }
 }
 
-let broker;
+// The broker starts while the user logs in, and takes the login up when it is stored.
+const starting = startBroker();
 try {
-  // The broker starts while the user logs in, and takes the login up when it is stored.
-  const starting = startBroker();
   await login();
-  broker = await starting;
+  const broker = await starting;
   const mount = new URL(`${broker.base}/p/conf${new URL(url).pathname}`);
   const client = await connect(mount);
   const { tools } = await client.listTools();
@@ -116,6 +115,6 @@ try {
   process.stderr.write(`${err.stack ?? err}\n`);
   process.exitCode = 1;
 } finally {
-  broker?.stop();
+  (await starting.catch(() => undefined))?.stop();
   spawnSync("rm", ["-rf", home]);
 }
