@@ -127,7 +127,7 @@ beforeAll(async () => {
   dir = tempHome();
   config = writeConfig(dir, mcpRules(fake));
   broker = await startBroker({ home, config });
-}, 20_000);
+}, 60_000);
 
 afterAll(async () => {
   await broker?.stop();
@@ -191,7 +191,7 @@ describe("an MCP server behind keybroker", () => {
     expect(status.stdout).toMatch(/default/);
     const check = await cliAsync(["check", "--home", home, "--config", config]);
     expect(check.stdout).toContain(`notes: 1 OAuth login (MCP server ${MCP_URL})`);
-  }, 20_000);
+  }, 60_000);
 
   it("serves the SDK client through the mount: tools, streamed progress, the GET stream, DELETE", async () => {
     fake.mcpSeen.length = 0;
@@ -254,7 +254,7 @@ describe("an MCP server behind keybroker", () => {
       expect(fake.issued).toContain(auth.replace(/^Bearer /, ""));
     }
     expect(mcp.filter((s) => s.headers["mcp-protocol-version"] !== undefined).length).toBeGreaterThan(0);
-  }, 20_000);
+  }, 60_000);
 
   it("serves the SDK client at the real URL through the proxy", async () => {
     fake.mcpSeen.length = 0;
