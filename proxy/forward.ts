@@ -179,6 +179,9 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
         if (statusCode < 200) return;
         result.status = statusCode;
+        // An MCP server's challenge never reaches the agent (SPEC §15), even in an answer too
+        // large to hold: the agent's MCP client must not start a login of its own.
+        if (x.provider?.rule.mcp !== undefined) delete headers["www-authenticate"];
         if (res.destroyed) {
           c.abort(new Error("client closed the connection"));
           return;

@@ -204,6 +204,17 @@ export async function startFakeMcp(): Promise<FakeMcp> {
       scopesSupported: ["notes"],
     }),
   );
+  // A challenge too large for keybroker to hold (over 64 KiB): it streams, and must still reach
+  // the agent without its WWW-Authenticate.
+  mcpApp.all("/big-challenge", (req: Request, res: Response) => {
+    res.statusCode = Number(new URL(req.originalUrl, MCP_URL).searchParams.get("status") ?? 401);
+    res.setHeader(
+      "www-authenticate",
+      `Bearer error="invalid_token", resource_metadata="${getOAuthProtectedResourceMetadataUrl(new URL(MCP_URL))}"`,
+    );
+    res.setHeader("content-type", "text/plain");
+    res.end("x".repeat(100 * 1024));
+  });
   const bearer = requireBearerAuth({
     verifier: provider,
     resourceMetadataUrl: getOAuthProtectedResourceMetadataUrl(new URL(MCP_URL)),

@@ -290,6 +290,15 @@ describe("an MCP server behind keybroker", () => {
     expect(inits[0]!.headers.authorization).not.toBe(inits[1]!.headers.authorization);
   });
 
+  it("keeps the server's challenge from the agent when the answer is too large to hold", async () => {
+    for (const status of [401, 403]) {
+      const res = await fetch(`${broker.url}/p/notes/big-challenge?status=${status}`);
+      expect(res.status).toBe(status);
+      expect(res.headers.get("www-authenticate")).toBeNull();
+      expect((await res.text()).length).toBe(100 * 1024);
+    }
+  });
+
   it("after the grant is revoked, the agent gets 401 reauth_required and no challenge", async () => {
     const mount = `${broker.url}/p/notes/mcp`;
     fake.revokeAll();
