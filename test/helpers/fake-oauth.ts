@@ -268,11 +268,15 @@ export function oauthRules(u: FakeUpstream, oauthExtra = ""): string {
 ${oauthExtra}`;
 }
 
-/** A login made by the fake (`fake.login()`), as `auth add` stores it, issued now. */
+/**
+ * A login made by the fake (`fake.login()`), as `auth add` stores it, issued now; `lifetimeMs`
+ * makes its access token expire sooner than the fake said.
+ */
 export function storedLogin(
   provider: string,
   id: string,
   t: { access_token: string; refresh_token: string; expires_in: number },
+  lifetimeMs = t.expires_in * 1000,
 ): StoredLogin {
   const now = Date.now();
   return {
@@ -280,7 +284,7 @@ export function storedLogin(
     id,
     accessToken: t.access_token,
     refreshToken: t.refresh_token,
-    expiresAt: now + t.expires_in * 1000,
+    expiresAt: now + lifetimeMs,
     issuedAt: now,
     createdAt: now,
     generation: 1,
@@ -289,6 +293,16 @@ export function storedLogin(
 }
 
 /** A chat request through the broker with the agent's placeholder, as an OAuth provider's agent sends it. */
+/** The provider's chat endpoint on the fake upstream: 200 for a token the fake issued, else 401. */
+export function serveChat(u: FakeUpstream, fake: FakeOAuth): void {
+  u.routes.set("POST /v1/chat/completions", (req, res) => {
+    const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
+    const ok = fake.valid(token);
+    res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
+    res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
+  });
+}
+
 export async function chatThroughBroker(
   agent: Dispatcher,
   placeholder: string,

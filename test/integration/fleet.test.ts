@@ -24,7 +24,13 @@ import {
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
-import { AUTH_HOST, type FakeOAuth, installFakeOAuth } from "../helpers/fake-oauth.js";
+import {
+  AUTH_HOST,
+  type FakeOAuth,
+  installFakeOAuth,
+  serveChat,
+  storedLogin,
+} from "../helpers/fake-oauth.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
@@ -106,18 +112,7 @@ async function load(on: number[], call: (i: number) => Promise<{ status: number 
 
 function oauthLogin(provider: string, id: string, lifetimeMs?: number): StoredLogin {
   const t = fake.login();
-  const now = Date.now();
-  return {
-    provider,
-    id,
-    accessToken: t.access_token,
-    refreshToken: t.refresh_token,
-    expiresAt: now + (lifetimeMs ?? t.expires_in * 1000),
-    issuedAt: now,
-    createdAt: now,
-    generation: 1,
-    state: "ok",
-  };
+  return storedLogin(provider, id, t, lifetimeMs);
 }
 
 /** Every key in Redis, every value read back, searched for every token and key. */
@@ -153,11 +148,7 @@ beforeAll(async () => {
   raw.on("error", () => {});
   u = await startUpstream();
   fake = installFakeOAuth(u);
-  u.routes.set("POST /v1/chat/completions", (req, res) => {
-    const ok = fake.valid(String(req.headers.authorization ?? "").replace(/^Bearer /, ""));
-    res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
-    res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
-  });
+  serveChat(u, fake);
   u.routes.set("POST /v1/pool", (req, res) => {
     const key = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
     hits.set(key, (hits.get(key) ?? 0) + 1);

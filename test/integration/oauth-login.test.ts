@@ -16,6 +16,7 @@ import {
   type FakeOAuth,
   installFakeOAuth,
   oauthRules,
+  serveChat,
 } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
@@ -28,16 +29,25 @@ afterEach(async () => {
   }
 });
 
+/** `auth add codex-oauth` with PKCE, its callback on `port`, no browser. */
+const pkceAdd = (port: number, ...more: string[]) => [
+  "auth",
+  "add",
+  "codex-oauth",
+  "--flow",
+  "pkce",
+  "--port",
+  String(port),
+  "--no-browser",
+  ...more,
+];
+
 async function setup(oauthExtra = "") {
   let fake!: FakeOAuth;
   const f = await startFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
-      u.routes.set("POST /v1/chat/completions", (req, res) => {
-        const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
-        res.writeHead(fake.valid(token) ? 200 : 401, { "content-type": "application/json" });
-        res.end(JSON.stringify(fake.valid(token) ? { ok: true } : { error: { message: "bad token" } }));
-      });
+      serveChat(u, fake);
       return oauthRules(u, oauthExtra);
     },
   });
@@ -130,18 +140,7 @@ describe("auth add / remove", () => {
       // The wait is 1 s; the token endpoint takes 1.5 s after the callback. The login must
       // still complete: no timeout may fire once the callback came.
       fake.tokenDelayMs = 1500;
-      const add = startCli(f, [
-        "auth",
-        "add",
-        "codex-oauth",
-        "--flow",
-        "pkce",
-        "--port",
-        String(port),
-        "--no-browser",
-        "--timeout",
-        "1s",
-      ]);
+      const add = startCli(f, pkceAdd(port, "--timeout", "1s"));
       const [, authorizeUrl] = await add.waitFor(/open: (\S+)/);
       const callback = await follow(f, authorizeUrl!);
       expect(callback.startsWith(`http://127.0.0.1:${port}/callback?`)).toBe(true);
@@ -169,16 +168,7 @@ describe("auth add / remove", () => {
       const busy = createServer().listen(0, "127.0.0.1");
       await once(busy, "listening");
       const port = (busy.address() as { port: number }).port;
-      const add = startCli(f, [
-        "auth",
-        "add",
-        "codex-oauth",
-        "--flow",
-        "pkce",
-        "--port",
-        String(port),
-        "--no-browser",
-      ]);
+      const add = startCli(f, pkceAdd(port));
       expect(await add.exit()).toBe(1);
       expect(add.err()).toContain(`port ${port} is in use`);
       expect(add.err()).toContain("--port N");
@@ -195,16 +185,7 @@ describe("auth add / remove", () => {
       const { f, fake } = await setup("      token_timeout: 1s\n");
       /** A PKCE login whose browser comes back, then whose token answer fails: exit 1. */
       const failedPkceLogin = async (fx: typeof f) => {
-        const cli = startCli(fx, [
-          "auth",
-          "add",
-          "codex-oauth",
-          "--flow",
-          "pkce",
-          "--port",
-          String(await freePort()),
-          "--no-browser",
-        ]);
+        const cli = startCli(fx, pkceAdd(await freePort()));
         const [, url] = await cli.waitFor(/open: (\S+)/);
         await request(await follow(fx, url!)).then((r) => r.body.dump());
         expect(await cli.exit()).toBe(1);

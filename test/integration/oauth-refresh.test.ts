@@ -13,6 +13,7 @@ import {
   type FakeOAuth,
   installFakeOAuth,
   oauthRules,
+  serveChat,
   storedLogin,
 } from "../helpers/fake-oauth.js";
 import { type Fixture, startFixture } from "../helpers/fixture.js";
@@ -32,12 +33,7 @@ async function setup(topLevel = "") {
   const f = await startFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
-      u.routes.set("POST /v1/chat/completions", (req, res) => {
-        const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");
-        const ok = fake.valid(token);
-        res.writeHead(ok ? 200 : 401, { "content-type": "application/json" });
-        res.end(JSON.stringify(ok ? { ok: true } : { error: { message: "invalid token" } }));
-      });
+      serveChat(u, fake);
       return oauthRules(u, `      token_timeout: 2s\n${topLevel}`);
     },
   });
