@@ -12,6 +12,26 @@ import {
 
 const SECURITY: ReadonlySet<AuditDecision> = new Set<AuditDecision>(SECURITY_DECISIONS);
 
+/**
+ * Refusals that are traffic control or an upstream's trouble, not a security event: a client
+ * retrying in a loop, an exhausted pool or an upstream outage answers every request with one of
+ * these, and must not rotate the security chain's lines away. They stay in `audit.jsonl`.
+ * `upstream_tls` is not among them: a certificate that fails toward an upstream may be an attack.
+ */
+export const OPERATIONAL_CODES: ReadonlySet<string> = new Set([
+  "client_rate_limited",
+  "pool_exhausted",
+  "credential_unavailable",
+  "audit_unavailable",
+  "upstream_unreachable",
+  "upstream_timeout",
+]);
+
+/** True when the entry also goes to `security.jsonl`. */
+export function isSecurityEvent(entry: AuditEntry): boolean {
+  return SECURITY.has(entry.decision) && !(entry.code !== undefined && OPERATIONAL_CODES.has(entry.code));
+}
+
 export class AuditTrail {
   readonly main: AuditLog;
   readonly security: AuditLog;
@@ -23,9 +43,7 @@ export class AuditTrail {
 
   record(entry: AuditEntry): void {
     this.main.record(entry);
-    // A client over its `limits.rpm` is traffic control, not a security event: a client retrying
-    // in a loop must not rotate the security chain's lines away.
-    if (SECURITY.has(entry.decision) && entry.code !== "client_rate_limited") this.security.record(entry);
+    if (isSecurityEvent(entry)) this.security.record(entry);
   }
 
   /** False while either chain cannot be written. */
