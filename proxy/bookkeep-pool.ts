@@ -9,6 +9,7 @@ import type { Exchange } from "./exchange.js";
 import { emitHeld, type ForwardResult, forward } from "./forward.js";
 import { setHeader } from "./headers.js";
 import { scrubText } from "./scrub-stream.js";
+import { firstPolicyMatch } from "./stages/apply-policy.js";
 import { createPlanInjection } from "./stages/inject.js";
 import { mcpAnswer } from "./stages/mcp.js";
 import { hasAlternatives, prepareAttempt, signRequest } from "./stages/pick-credential.js";
@@ -92,6 +93,20 @@ function mapModel(body: Buffer, models: Readonly<Record<string, string>> | undef
 }
 
 /** Re-targets a reverse-mode request at the next fallback provider that can take it. */
+/**
+ * Why the request may not go to fallback provider `id`, or undefined when it may: the client
+ * must be allowed to use it, and no rule of its policy may match (a deny refuses; an approve
+ * would hold a request that was already on its way, so that fallback is not taken either). The
+ * guest role was checked at the start and does not depend on the provider.
+ */
+function fallbackRefusal(x: Exchange, id: string, path: string): string | undefined {
+  if (!x.rt.clientAllows(x.client, id)) return `client "${x.client.rule.name}" may not use ${id}`;
+  const policy = x.rt.providers.get(id)?.rule.policy ?? [];
+  const match = firstPolicyMatch(x, policy, path);
+  if (match === undefined) return undefined;
+  return `${id}'s policy rule ${match.index + 1} (${match.rule.action}) matches ${match.method} ${match.path}`;
+}
+
 async function fallBack(
   x: Exchange,
   from: string,
@@ -105,6 +120,12 @@ async function fallBack(
     if (next?.rule.upstream === undefined || x.reverseRest === undefined || x.injection === undefined)
       continue;
     const upstream = new URL(next.rule.upstream);
+    const path = upstream.pathname.replace(/\/$/, "") + x.reverseRest;
+    const refusal = fallbackRefusal(x, id, path);
+    if (refusal !== undefined) {
+      log.info({ from, to: id, why: refusal }, "pool exhausted: fallback skipped");
+      continue;
+    }
     const headers = [...x.injection.headers];
     if (body !== undefined) {
       x.body = mapModel(body, x.rt.rules.fallbackModels[from]?.[id]);
@@ -113,7 +134,7 @@ async function fallBack(
     x.provider = next;
     x.host = upstream.hostname;
     x.port = Number(upstream.port) || 443;
-    x.path = upstream.pathname.replace(/\/$/, "") + x.reverseRest;
+    x.path = path;
     setHeader(headers, "host", x.port === 443 ? x.host : `${x.host}:${x.port}`);
     x.headers.length = 0;
     x.headers.push(...headers);

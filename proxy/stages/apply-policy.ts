@@ -33,23 +33,35 @@ export function normalizePath(raw: string): string {
   return "/" + out.join("/") + (decoded.endsWith("/") && out.length > 0 ? "/" : "");
 }
 
+/** The first of `rules` that matches the request sent to `rawPath`, and its place; undefined when none. */
+export function firstPolicyMatch(
+  x: Exchange,
+  rules: readonly PolicyRule[],
+  rawPath: string,
+): { rule: PolicyRule; index: number; method: string; path: string } | undefined {
+  const method = (x.req.method ?? "GET").toUpperCase();
+  const q = rawPath.indexOf("?");
+  const path = normalizePath(q === -1 ? rawPath : rawPath.slice(0, q));
+  for (let index = 0; index < rules.length; index++) {
+    const rule = rules[index]!;
+    if (matches(rule, x, method, path)) return { rule, index, method, path };
+  }
+  return undefined;
+}
+
 export function applyPolicy(x: Exchange): void {
   const rules = x.provider?.rule.policy;
   if (rules === undefined || rules.length === 0) return;
-  const method = (x.req.method ?? "GET").toUpperCase();
-  const q = x.path.indexOf("?");
-  const path = normalizePath(q === -1 ? x.path : x.path.slice(0, q));
-  const id = x.provider!.rule.id;
-  for (let index = 0; index < rules.length; index++) {
-    const rule = rules[index]!;
-    if (!matches(rule, x, method, path)) continue;
-    if (rule.action === "approve") {
-      x.approval = { rule, index };
-      return;
-    }
-    throw new BrokerError("policy_denied", `${method} ${path} to ${id} is denied by the rule file's policy`, {
-      provider: id,
-      hint: `change providers.${id}.policy to allow it`,
-    });
+  const match = firstPolicyMatch(x, rules, x.path);
+  if (match === undefined) return;
+  const { rule, index, method, path } = match;
+  if (rule.action === "approve") {
+    x.approval = { rule, index };
+    return;
   }
+  const id = x.provider!.rule.id;
+  throw new BrokerError("policy_denied", `${method} ${path} to ${id} is denied by the rule file's policy`, {
+    provider: id,
+    hint: `change providers.${id}.policy to allow it`,
+  });
 }

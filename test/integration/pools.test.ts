@@ -210,6 +210,28 @@ fallbacks: { openai: [openrouter] }
     expect(f.upstream.received.at(-1)!.host).toBe("openrouter.ai");
   });
 
+  it("(c) takes no fallback whose policy would refuse or hold the request", async () => {
+    const f = await fixture(`  openrouter:
+    credentials: [OPENROUTER_API_KEY]
+    policy:
+      - deny: { method: POST, path: "/api/v1/chat/**" }
+fallbacks: { openai: [openrouter] }
+`);
+    perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
+    const seenOr = perKey(f.upstream, "/api/v1/chat/completions", new Map());
+    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer dummy", "content-type": "application/json" },
+      body: '{"model":"gpt-test"}',
+    });
+    const text = await res.body.text();
+    // The pool's own answer: openrouter's deny rule is not bypassed by arriving as a fallback.
+    expect(res.statusCode, text).toBe(429);
+    expect(res.headers["x-keybroker-error"]).toBe("pool_exhausted");
+    expect(seenOr).toEqual([]);
+    expect(f.broker.stderr()).toContain("fallback skipped");
+  });
+
   it("(c) maps the model name for the fallback provider", async () => {
     const f = await fixture(`  openrouter:
     credentials: [OPENROUTER_API_KEY]
