@@ -27,8 +27,12 @@ function rawAnswer(err: BrokerError, status: number, reason: string): string {
   return `HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${out.body}`;
 }
 
+/** Sockets `endAndClose` has answered: their grace timer, not a later parse error, closes them. */
+const closing = new WeakSet<Duplex>();
+
 /** Ends the socket after `data`, and destroys it if the client has not closed its side in time. */
 export function endAndClose(socket: Duplex, data: string): void {
+  closing.add(socket);
   const timer = setTimeout(() => socket.destroy(), CLOSE_GRACE_MS);
   timer.unref();
   socket.once("close", () => clearTimeout(timer));
@@ -69,6 +73,10 @@ const GONE = new Set(["ECONNRESET", "EPIPE", "ERR_STREAM_DESTROYED"]);
 
 /** Node's 'clientError': answer once, unless a response is already under way, and close. */
 export function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  // The rest of a refused request goes on arriving, and node's parser reports each further chunk
+  // as another error. Destroying the socket then lost the answer still queued in TLS (a 431
+  // inside a tunnel arrived as an empty close); the answer's grace timer closes it instead.
+  if (closing.has(socket) && !GONE.has(err.code ?? "")) return;
   const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
   if (!socket.writable || GONE.has(err.code ?? "") || inFlight?.headersSent || !handshakeDone(socket)) {
     socket.destroy();

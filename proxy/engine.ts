@@ -36,6 +36,12 @@ export function handshakeDone(socket: unknown): boolean {
  * decrypted connection to `inner` as if it had accepted it. A client that has not finished the
  * handshake within `handshakeMs` (no ClientHello, a stalled handshake) is cut off; `inner`'s
  * own timeouts apply as well (headers, idle keep-alive).
+ *
+ * The TLS socket is made when the client's first byte arrives, not with the 200 (decision 55):
+ * OpenSSL sets up a server connection's record and handshake buffers (about 38 KiB) the first
+ * time it is read, and a TLS socket is read at its client's EOF too, so thousands of idle
+ * CONNECTs closing at once made it allocate and free 115 MiB in one burst, which glibc kept.
+ * Until then the connection is a plain socket whose end or timeout just closes it.
  */
 export function intercept(
   socket: Socket,
@@ -44,30 +50,55 @@ export function intercept(
   minter: LeafMinter,
   inner: HttpServer,
   handshakeMs: number,
-): TLSSocket {
+): void {
   socket.write(CONNECT_OK);
+  // One timer from the 200 to the end of the handshake; it closes whichever socket is on top.
+  let top: Socket | TLSSocket = socket;
+  const timer = setTimeout(() => top.destroy(), handshakeMs);
+  socket.once("close", () => clearTimeout(timer));
+  const start = () => {
+    top = terminate(socket, head, info, minter, inner);
+    top.once("secure", () => clearTimeout(timer));
+  };
+  if (head.length > 0) {
+    start();
+    return;
+  }
+  // 'readable' with nothing to read is the client's end: the socket is just closed (the
+  // listener allows half-open sockets, so it would otherwise wait for the timeout).
+  socket.once("readable", () => {
+    if (socket.destroyed) return;
+    if (socket.readableLength === 0) socket.destroy();
+    else start();
+  });
+}
+
+/** The TLS half of `intercept`, once the client has sent something. */
+function terminate(
+  socket: Socket,
+  head: Buffer,
+  info: ConnectInfo,
+  minter: LeafMinter,
+  inner: HttpServer,
+): TLSSocket {
   let transport: Socket | Duplex = socket;
   if (head.length > 0) {
     // Bytes the client sent before our 200: replay them in front of the socket's own.
     socket.unshift(head);
     transport = Duplex.from({ readable: socket, writable: socket });
   }
+  // Bytes already buffered in `socket` are passed on by node when the TLS socket starts reading.
   const tls = new TLSSocket(transport as Socket, {
     isServer: true,
     secureContext: minter.secureContext(info.host),
     ALPNProtocols: ["http/1.1"],
   });
   (tls as unknown as { [INFO]: ConnectInfo })[INFO] = info;
-  const timer = setTimeout(() => tls.destroy(), handshakeMs);
   tls.on("error", () => tls.destroy());
   tls.once("secure", () => {
-    clearTimeout(timer);
     (tls as unknown as { [SECURE]: boolean })[SECURE] = true;
   });
-  tls.once("close", () => {
-    clearTimeout(timer);
-    socket.destroy();
-  });
+  tls.once("close", () => socket.destroy());
   // Handed over at once: the HTTP server's reading is what notices a client that goes away
   // during the handshake. Its headers timeout runs from here too.
   inner.emit("connection", tls);

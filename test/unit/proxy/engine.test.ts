@@ -1,5 +1,6 @@
-// The interception engine on real sockets: TLS terminated for a client that starts it, and
-// the memory a surge of connections grew is given back once it closed (docs/reliability.md, "Connections: timeouts, caps, floods"; decision 55).
+// The interception engine on real sockets: a TLS socket (and OpenSSL's buffers) only for a
+// client that starts TLS, and the memory a surge of connections grew is given back once it
+// closed (docs/reliability.md, "Connections: timeouts, caps, floods"; decision 55).
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
@@ -69,6 +70,19 @@ async function allClosed(): Promise<void> {
 }
 
 describe("intercept", () => {
+  it("makes no TLS socket for CONNECTs whose client leaves before its first byte", async () => {
+    const before = handedOver;
+    const flood = await Promise.all(Array.from({ length: 200 }, connectOnly));
+    expect(open.size).toBe(200);
+    // Some leave with a FIN, some with a reset: neither may start OpenSSL's handshake.
+    for (const [i, s] of flood.entries()) {
+      if (i % 2 === 0) s.end();
+      else s.resetAndDestroy();
+    }
+    await allClosed();
+    expect(handedOver - before).toBe(0);
+  });
+
   it("terminates TLS for a client that sends a ClientHello, and serves its requests", async () => {
     const before = handedOver;
     const socket = await connectOnly();
