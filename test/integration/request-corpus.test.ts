@@ -140,6 +140,13 @@ describe("what node's parser refuses has the broker's shape too", () => {
       `GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nX-Big: ${"a".repeat(70_000)}\r\n\r\n`,
       431,
     ],
+    // The rest keeps arriving after the 431 was written: each further chunk is another parse
+    // error, which must not cut the answer off before TLS has sent it.
+    [
+      "1 MiB of headers",
+      `GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nX-Big: ${"a".repeat(1 << 20)}\r\n\r\n`,
+      431,
+    ],
     [
       "an unknown Expect",
       "GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nExpect: the-unexpected\r\n\r\n",
