@@ -54,8 +54,14 @@ export interface FakeMcp {
   /** Every request the authorization server got, and every one the MCP server got. */
   readonly asSeen: Seen[];
   readonly mcpSeen: Seen[];
-  /** Every access and refresh token issued (for the secret scan). */
+  /** Every access and refresh token and client secret issued (for the secret scan). */
   readonly issued: string[];
+  /** Lifetime in seconds of the access tokens issued from now on (default 3600). */
+  accessTtl: number;
+  /** Registrations from now on get a client secret (`client_secret_post`), as a confidential client. */
+  confidential: boolean;
+  /** Refresh tokens presented a second time: a fleet that shares its logins sends none. */
+  reuses: number;
   /** The `resource` of each authorization and token request, in order. */
   readonly resources: { step: "authorize" | "code" | "refresh"; resource: string | undefined }[];
   /**
@@ -89,6 +95,9 @@ export async function startFakeMcp(): Promise<FakeMcp> {
     asSeen: [],
     mcpSeen: [],
     issued: [],
+    accessTtl: 3600,
+    confidential: false,
+    reuses: 0,
     resources: [],
     progressSeen: async () => {},
     dropAccessTokens: () => access.clear(),
@@ -101,14 +110,14 @@ export async function startFakeMcp(): Promise<FakeMcp> {
   const issue = (client: string, scopes: string[], grant: number): OAuthTokens => {
     const at = token("mcp-at");
     const rt = token("mcp-rt");
-    access.set(at, { client, scopes, expiresAt: Math.floor(Date.now() / 1000) + 3600, grant });
+    access.set(at, { client, scopes, expiresAt: Math.floor(Date.now() / 1000) + fake.accessTtl, grant });
     refresh.set(rt, { client, scopes, grant, used: false });
     fake.issued.push(at, rt);
     return {
       access_token: at,
       refresh_token: rt,
       token_type: "bearer",
-      expires_in: 3600,
+      expires_in: fake.accessTtl,
       scope: scopes.join(" "),
     };
   };
@@ -116,10 +125,16 @@ export async function startFakeMcp(): Promise<FakeMcp> {
   const clientsStore: OAuthRegisteredClientsStore = {
     getClient: (id) => clients.get(id),
     registerClient: (metadata) => {
+      const secret = fake.confidential ? token("mcp-cs") : undefined;
+      if (secret !== undefined) fake.issued.push(secret);
       const client = {
         ...metadata,
         client_id: randomUUID(),
         client_id_issued_at: Math.floor(Date.now() / 1000),
+        // A server may answer with other values than asked for (RFC 7591 §3.2.1).
+        ...(secret === undefined
+          ? {}
+          : { client_secret: secret, token_endpoint_auth_method: "client_secret_post" }),
       };
       clients.set(client.client_id, client);
       return client;
@@ -154,6 +169,7 @@ export async function startFakeMcp(): Promise<FakeMcp> {
     async exchangeRefreshToken(client, rt, _scopes, resource) {
       fake.resources.push({ step: "refresh", resource: resource?.href });
       const r = refresh.get(rt);
+      if (r?.used) fake.reuses++;
       if (r === undefined || r.client !== client.client_id || r.used || revoked.has(r.grant))
         throw new InvalidGrantError("refresh token not valid");
       r.used = true;

@@ -7,6 +7,7 @@ import { mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Redis } from "ioredis";
 
 export const REDIS_SERVER = "/usr/bin/redis-server";
 
@@ -87,4 +88,33 @@ export async function startRedis(opts: { password?: string } = {}): Promise<Redi
       child = await launch(port, dir, opts.password);
     },
   };
+}
+
+/**
+ * Every key in a Redis, every value read back, searched for each secret in clear and in
+ * base64: what the fleet stores there must hold none (SPEC §17: token values are sealed).
+ */
+export async function redisLeaks(raw: Redis, secrets: readonly string[]): Promise<string[]> {
+  const found: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await raw.scan(cursor, "COUNT", 1000);
+    cursor = next;
+    for (const key of keys) {
+      const type = await raw.type(key);
+      const values =
+        type === "string"
+          ? [(await raw.get(key)) ?? ""]
+          : type === "hash"
+            ? Object.entries(await raw.hgetall(key)).flat()
+            : [`<${type}>`];
+      for (const v of values) {
+        for (const s of secrets) {
+          if (v.includes(s) || v.includes(Buffer.from(s).toString("base64")))
+            found.push(`${key} holds ${s.slice(0, 6)}…`);
+        }
+      }
+    }
+  } while (cursor !== "0");
+  return found;
 }

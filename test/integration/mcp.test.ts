@@ -5,19 +5,13 @@
 // junk Authorization header, works through the mount and through the proxy to the real URL,
 // streams progress, gets the standalone GET stream, and ends its session; once the grant is
 // revoked it gets keybroker's 401 reauth_required, never the server's challenge.
-import { type ChildProcess, spawn } from "node:child_process";
-import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { Agent, ProxyAgent, fetch as undiciFetch } from "undici";
+import { ProxyAgent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type BrokerProcess,
-  baseEnv,
-  CLI,
   cliAsync,
   findSecrets,
   outputs,
@@ -27,6 +21,7 @@ import {
 } from "../helpers/broker.js";
 import { freePort } from "../helpers/cli-session.js";
 import { AS_HOST, type FakeMcp, MCP_URL, mcpRules, startFakeMcp } from "../helpers/fake-mcp.js";
+import { agentClient, mcpAuthAdd, refusedConnect } from "../helpers/mcp-agent.js";
 
 let fake: FakeMcp;
 let broker: BrokerProcess;
@@ -34,92 +29,8 @@ let home: string;
 let config: string;
 let dir: string;
 
-/** What the agent's client saw of each answer (the SDK hides the headers of a refusal). */
-interface Answer {
-  readonly status: number;
-  readonly headers: Headers;
-  readonly body?: string;
-}
-
-/** The SDK client as an agent configures it: a URL, no auth provider, and a junk Authorization. */
-async function agentClient(
-  url: string,
-  via?: ProxyAgent,
-): Promise<{ client: Client; transport: StreamableHTTPClientTransport; answers: Answer[] }> {
-  const answers: Answer[] = [];
-  const transport = new StreamableHTTPClientTransport(new URL(url), {
-    requestInit: { headers: { authorization: "Bearer agent-has-no-token" } },
-    fetch: async (input, init) => {
-      const res = (await undiciFetch(String(input), {
-        ...(init as object),
-        ...(via === undefined ? {} : { dispatcher: via }),
-      })) as unknown as Response;
-      answers.push({
-        status: res.status,
-        headers: res.headers,
-        ...(res.status >= 400 ? { body: await res.clone().text() } : {}),
-      });
-      return res;
-    },
-  });
-  const client = new Client({ name: "agent", version: "1.0.0" });
-  await client.connect(transport);
-  return { client, transport, answers };
-}
-
-/** An SDK client, with no auth provider, that cannot connect: every answer it got. */
-async function refusedConnect(url: string): Promise<Answer[]> {
-  const answers: Answer[] = [];
-  const transport = new StreamableHTTPClientTransport(new URL(url), {
-    fetch: async (input, init) => {
-      const res = (await undiciFetch(String(input), init as object)) as unknown as Response;
-      answers.push({ status: res.status, headers: res.headers, body: await res.clone().text() });
-      return res;
-    },
-  });
-  await expect(new Client({ name: "agent", version: "1" }).connect(transport)).rejects.toThrow();
-  return answers;
-}
-
 /** `keybroker auth add notes`, with the test as the user's browser. */
-async function login(port: number): Promise<{ code: number | null; out: string; err: string }> {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    [CLI, "auth", "add", "notes", "--no-browser", "--port", String(port), "--home", home, "--config", config],
-    { env: baseEnv(), stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let out = "";
-  let err = "";
-  child.stderr!.on("data", (d: Buffer) => {
-    err += d.toString();
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on("data", (d: Buffer) => {
-      out += d.toString();
-      const m = /open: (\S+)/.exec(out);
-      if (m !== null) resolve(m[1]!);
-    });
-    child.once("close", () => reject(new Error(`auth add ended early:\n${out}\n${err}`)));
-  });
-  const closed = once(child, "close");
-  // The browser: reaches the authorization server at its address, then the loopback callback.
-  const browser = new Agent({
-    connect: {
-      ca: readFileSync(fake.caPath, "utf8"),
-      lookup: (_h, _o, cb) => cb(null, [{ address: "127.0.0.1", family: 4 }]),
-    },
-  });
-  const authorize = new URL(url);
-  authorize.port = String(fake.port);
-  const res = await undiciFetch(authorize, { dispatcher: browser, redirect: "manual" });
-  const callback = res.headers.get("location");
-  expect(res.status, await res.text()).toBe(302);
-  await (await undiciFetch(callback!)).text();
-  await browser.close();
-  const [code] = (await closed) as [number | null];
-  outputs.push(out, err);
-  return { code, out, err };
-}
+const login = (port: number) => mcpAuthAdd(fake, { home, config, port });
 
 beforeAll(async () => {
   fake = await startFakeMcp();
