@@ -1,17 +1,19 @@
-// The token store a command writes logins to: the home's, or the fleet's Redis when the rule
-// file says `state: redis://…` (SPEC §17), so `auth add` on any machine serves every broker.
+// The token store a command writes logins to (and the MCP store their bindings to): the home's,
+// or the fleet's Redis when the rule file says `state: redis://…` (SPEC §17), so `auth add` on
+// any machine serves every broker.
 import { homeKey } from "../core/home.js";
 import type { Rules } from "../rules/types.js";
 import { openSharedState, type SharedStateOptions } from "../secrets/fleet/shared-state.js";
+import type { McpStore } from "../secrets/oauth/mcp-store.js";
 import type { TokenStore } from "../secrets/oauth/token-store.js";
 import { type Context, localResolver } from "./context.js";
 
 export async function openTokenStore(
   ctx: Context,
   rules: Rules,
-): Promise<{ readonly store: TokenStore; close(): Promise<void> }> {
+): Promise<{ readonly store: TokenStore; readonly mcp: McpStore; close(): Promise<void> }> {
   const shared = await openSharedState(rules, sharedStateOptions(ctx, rules));
-  return { store: shared.tokens, close: () => shared.close() };
+  return { store: shared.tokens, mcp: shared.mcp, close: () => shared.close() };
 }
 
 /** How a command reaches the shared state: the home's key, secrets resolved here, warnings on stderr. */

@@ -32,7 +32,6 @@ import type { ProviderRule, Rules } from "../rules/types.js";
 import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
-import { McpStore } from "../secrets/oauth/mcp-store.js";
 import { allowsPrivate } from "../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
@@ -397,9 +396,13 @@ export class Broker implements AdminHost {
     return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));
   }
 
-  /** An MCP login's client: its binding (read at refresh time, off the request path). */
+  /**
+   * An MCP login's client: its binding, from the shared state (the home, or the fleet's Redis,
+   * where a Redis that does not answer fails this refresh as it fails taking the lock), read
+   * at refresh time only, off the request path.
+   */
   async #mcpClient(rule: ProviderRule, id: string): Promise<OAuthClient | undefined> {
-    const store = new McpStore(this.home);
+    const store = this.sharedState.mcp;
     const binding = await store.binding(rule.id, id);
     if (binding === undefined) return undefined;
     const spec = rule.oauth!;

@@ -10,7 +10,7 @@ import { parseDuration } from "../../rules/units.js";
 import { deviceLogin } from "../../secrets/oauth/device-login.js";
 import { checkLabel, DEFAULT_LABEL, describeLogin, newLogin } from "../../secrets/oauth/login.js";
 import { bindingSecret, mcpClient, mcpLogin } from "../../secrets/oauth/mcp-login.js";
-import { type McpBinding, McpStore } from "../../secrets/oauth/mcp-store.js";
+import type { McpBinding, McpStore } from "../../secrets/oauth/mcp-store.js";
 import { createOAuthAgent } from "../../secrets/oauth/oauth-agent.js";
 import { OAuthClient, type Tokens } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
@@ -34,7 +34,7 @@ function oauthClient(
   ctx: Context,
   rules: Rules,
   rule: ProviderRule,
-  binding?: McpBinding,
+  bound?: { binding: McpBinding; store: McpStore },
 ): { client: OAuthClient; close: () => void; secret: () => Promise<string | undefined>; agent: Agent } {
   const spec = rule.oauth!;
   const agent = createOAuthAgent(rules);
@@ -44,9 +44,9 @@ function oauthClient(
       ? undefined
       : (await resolver.resolve(spec.clientSecret)).secret?.reveal();
   const client =
-    binding === undefined
+    bound === undefined
       ? new OAuthClient(rule.id, spec, agent, secret)
-      : mcpClient(rule, binding, agent, bindingSecret(binding, new McpStore(ctx.home), secret));
+      : mcpClient(rule, bound.binding, agent, bindingSecret(bound.binding, bound.store, secret));
   return { client, close: () => void agent.close().catch(() => {}), secret, agent };
 }
 
@@ -121,6 +121,9 @@ export async function addLogin(
   if (opts.timeout !== undefined && (waitMs === undefined || waitMs <= 0)) {
     throw new UsageError(`--timeout: expected a duration such as 10m, got "${opts.timeout}"`);
   }
+  // The home's stores, or the fleet's Redis: an MCP login reads and writes its registration
+  // and binding there before the login itself is stored.
+  const state = await openTokenStore(ctx, rules);
   const { client, close, secret, agent } = oauthClient(ctx, rules, rule);
   try {
     const pkce = {
@@ -132,26 +135,20 @@ export async function addLogin(
     let tokens: Tokens;
     if (rule.mcp !== undefined) {
       // SPEC §15: discovered at the server; the binding is stored before the login it belongs to.
-      const store = new McpStore(ctx.home);
       const made = await mcpLogin(rule, {
         ...pkce,
         id: label,
         dispatcher: agent,
-        store,
+        store: state.mcp,
         configuredSecret: secret,
       });
-      store.putBinding(made.binding);
+      await state.mcp.putBinding(made.binding);
       tokens = made.tokens;
     } else {
       tokens = flow === "device" ? await deviceLogin(client, ctx.out) : await pkceLogin(client, pkce);
     }
     const login = newLogin(rule.id, label, tokens);
-    const store = await openTokenStore(ctx, rules);
-    try {
-      await store.store.put(login);
-    } finally {
-      await store.close();
-    }
+    await state.store.put(login);
     // A running broker sees the new login and clears the old one's marks itself.
     if ((await findRunningBroker(ctx.home)) === undefined) {
       const pools = new PoolState(ctx.home, (m) => ctx.err(`warning: ${m}`));
@@ -174,6 +171,7 @@ export async function addLogin(
     throw new UserError(`the login to ${rule.id} failed: ${(err as Error).message}; nothing was stored`);
   } finally {
     close();
+    await state.close();
   }
 }
 
@@ -188,14 +186,14 @@ export async function removeLogin(
   }
   const tokens = await openTokenStore(ctx, rules);
   try {
-    return await removeFrom(tokens.store, ctx, rules, rule, credential);
+    return await removeFrom(tokens, ctx, rules, rule, credential);
   } finally {
     await tokens.close();
   }
 }
 
 async function removeFrom(
-  store: TokenStore,
+  { store, mcp }: { store: TokenStore; mcp: McpStore },
   ctx: Context,
   rules: Rules,
   rule: ProviderRule,
@@ -210,9 +208,9 @@ async function removeFrom(
   }
   let revoked = false;
   let warning: string | undefined;
-  const mcp = rule.mcp === undefined ? undefined : new McpStore(ctx.home);
-  const binding = await mcp?.binding(rule.id, credential);
-  const { client, close } = oauthClient(ctx, rules, rule, binding);
+  // An MCP login is revoked as the client it was made with, at its server.
+  const binding = rule.mcp === undefined ? undefined : await mcp.binding(rule.id, credential);
+  const { client, close } = oauthClient(ctx, rules, rule, binding && { binding, store: mcp });
   try {
     revoked = await client.revoke(
       login.refreshToken ?? login.accessToken,
@@ -230,7 +228,7 @@ async function removeFrom(
     credential,
     token: login.accessToken,
   });
-  await mcp?.removeBinding(rule.id, credential);
+  if (rule.mcp !== undefined) await mcp.removeBinding(rule.id, credential);
   ctx.out(
     `${rule.id}: removed login "${credential}"${revoked ? " and revoked it at the authorization server" : ""}`,
   );

@@ -13,6 +13,7 @@ import type { RedisStateConfig } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import type { PoolState, SharedMark } from "../pool.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
+import { RedisMcpStore } from "./redis-mcp-store.js";
 import { RedisTokenStore } from "./redis-token-store.js";
 import type { SharedState, SharedStateOptions, StateHealth } from "./shared-state.js";
 import { TokenCipher } from "./token-cipher.js";
@@ -75,6 +76,7 @@ function clientOptions(password: string | undefined, onRetry: () => void) {
 
 export class RedisState implements SharedState {
   readonly tokens: RedisTokenStore;
+  readonly mcp: RedisMcpStore;
   readonly #config: RedisStateConfig;
   readonly #redis: Redis;
   readonly #sub: Redis;
@@ -122,10 +124,10 @@ export class RedisState implements SharedState {
     this.#redis.on("ready", () => this.#sync());
     this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
     this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
-    this.tokens = new RedisTokenStore(this.#redis, this.#keys, new TokenCipher(opts.homeKey()), {
-      self: this.#self,
-      onError: (err) => this.#degrade(err.message),
-    });
+    const cipher = new TokenCipher(opts.homeKey());
+    const onError = (err: Error) => this.#degrade(err.message);
+    this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
+    this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
     this.#ping = setInterval(() => {
       this.#redis.ping().then(
         () => this.#sync(),
@@ -248,7 +250,10 @@ export class RedisState implements SharedState {
       this.#pools?.mergeReset(msg.p, key?.[1]);
     } else if (msg.t === "login" && msg.f !== undefined) {
       const key = parseField(msg.f);
-      if (key !== undefined) this.tokens.changed(key[0], key[1]);
+      if (key !== undefined) {
+        this.mcp.follow(key[0], key[1]);
+        this.tokens.changed(key[0], key[1]);
+      }
     }
   }
 
@@ -330,8 +335,11 @@ export class RedisState implements SharedState {
       }
     }
     if (lostData) {
+      // An MCP login's binding first: no broker should see a login it cannot refresh.
+      await this.mcp.republish(this.#held());
       for (const login of this.#held()) await this.tokens.republish(login);
     }
+    await this.mcp.pull();
     for (const field of await r.hkeys(this.#keys.logins)) {
       const key = parseField(field);
       if (key !== undefined) this.tokens.changed(key[0], key[1]);

@@ -1,10 +1,12 @@
-// The state brokers may share (SPEC §17): pool marks and OAuth logins with their refresh lock.
+// The state brokers may share (SPEC §17): pool marks, OAuth logins with their refresh lock, and
+// MCP logins' bindings and client registrations.
 // One small interface, two places: the home folder (one broker, or several on one machine:
 // `state/pools.json` and `tokens/`), or a fleet's Redis. The request path never calls it: each
 // broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
 // Approvals and admin sessions are meant to join it as further small stores on the same client.
 import type { Rules } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
+import { HomeMcpStore, type McpStore } from "../oauth/mcp-store.js";
 import { FileTokenStore, type TokenStore } from "../oauth/token-store.js";
 import type { PoolState } from "../pool.js";
 
@@ -21,6 +23,8 @@ export interface StateHealth {
 
 export interface SharedState {
   readonly tokens: TokenStore;
+  /** MCP logins' bindings and client registrations: read by `auth` commands and at refresh only. */
+  readonly mcp: McpStore;
   /** Joins the broker's pool marks to the shared ones: marks made here go out, others come in. */
   attachPools(pools: PoolState): void;
   /** The logins the broker holds, to publish again to a store that lost them. */
@@ -34,9 +38,11 @@ export interface SharedState {
 /** Today's behaviour: the home is the shared state of the brokers on one machine. */
 export class HomeState implements SharedState {
   readonly tokens: TokenStore;
+  readonly mcp: McpStore;
 
   constructor(home: string) {
     this.tokens = new FileTokenStore(home);
+    this.mcp = new HomeMcpStore(home);
   }
 
   attachPools(): void {

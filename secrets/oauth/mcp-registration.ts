@@ -55,7 +55,7 @@ export async function clientIdentity(o: IdentityOptions): Promise<ClientIdentity
     };
   }
   const registered = await register(o);
-  o.store.putRegistration(registered);
+  await o.store.putRegistration(registered);
   o.print(`Registered keybroker as a client of ${issuer}.`);
   return {
     clientId: registered.clientId,

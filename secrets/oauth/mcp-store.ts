@@ -1,8 +1,10 @@
-// What `auth add` learns about an MCP server's authorization (SPEC §15), kept in the token store
-// next to the logins: the client registration of each authorization server, keyed by issuer (a
-// changed server registers anew), and for each login the authorization server and client it was
-// made with, so that the broker refreshes it at the same place with the same `resource`.
-// `tokens/mcp/` (0700, files 0600, atomic writes with fsync); never read on the request path.
+// What `auth add` learns about an MCP server's authorization (SPEC §15), kept next to the
+// logins: the client registration of each authorization server, keyed by issuer (a changed
+// server registers anew), and for each login the authorization server and client it was made
+// with, so that the broker refreshes it at the same place with the same `resource`. Behind a
+// small interface, as the token store: the home's `tokens/mcp/` (0700, files 0600, atomic
+// writes with fsync), or a fleet's Redis (fleet/redis-mcp-store.ts) so that every broker can
+// refresh a login any machine made. Never read on the request path.
 import { createHash } from "node:crypto";
 import { readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -49,7 +51,18 @@ async function readJson<T>(path: string): Promise<T | undefined> {
   }
 }
 
-export class McpStore {
+export interface McpStore {
+  /** The registration kept for an authorization server, with its client secret if any. */
+  registration(issuer: string): Promise<McpRegistration | undefined>;
+  putRegistration(r: McpRegistration): Promise<void>;
+  binding(provider: string, id: string): Promise<McpBinding | undefined>;
+  /** Written before the login it belongs to, so no broker holds a login it cannot refresh. */
+  putBinding(b: McpBinding): Promise<void>;
+  removeBinding(provider: string, id: string): Promise<void>;
+}
+
+/** One broker, or several on one machine: `tokens/mcp/` in the home. */
+export class HomeMcpStore implements McpStore {
   readonly dir: string;
 
   constructor(home: string) {
@@ -70,7 +83,7 @@ export class McpStore {
     return r?.issuer === issuer && typeof r.clientId === "string" ? r : undefined;
   }
 
-  putRegistration(r: McpRegistration): void {
+  async putRegistration(r: McpRegistration): Promise<void> {
     ensurePrivateDir(this.dir);
     ensurePrivateDir(join(this.dir, "registrations"));
     writeFileAtomic(this.#registration(r.issuer), `${JSON.stringify(r, null, 2)}\n`);
@@ -81,7 +94,7 @@ export class McpStore {
     return b?.provider === provider && b.id === id ? b : undefined;
   }
 
-  putBinding(b: McpBinding): void {
+  async putBinding(b: McpBinding): Promise<void> {
     ensurePrivateDir(this.dir);
     ensurePrivateDir(join(this.dir, "logins"));
     writeFileAtomic(this.#binding(b.provider, b.id), `${JSON.stringify(b, null, 2)}\n`);

@@ -2,9 +2,9 @@
 // StreamableHTTPServerTransport (sessions, SSE answers, the standalone GET stream, DELETE)
 // behind the SDK's bearer check, with protected resource metadata (RFC 9728); and an
 // authorization server made of the SDK's auth router (RFC 8414 metadata, dynamic registration,
-// PKCE S256, resource indicators, rotating refresh tokens, revocation). Both listen with real
-// TLS on one 127.0.0.1 port under their own host names (SNI picks the certificate) and record
-// every request they get.
+// optionally of confidential clients, PKCE S256, resource indicators, rotating refresh tokens,
+// revocation). Both listen with real TLS on one 127.0.0.1 port under their own host names (SNI
+// picks the certificate) and record every request they get.
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync } from "node:fs";
@@ -174,6 +174,12 @@ export async function startFakeMcp(): Promise<FakeMcp> {
         throw new InvalidGrantError("refresh token not valid");
       r.used = true;
       return issue(client.client_id, r.scopes, r.grant);
+    },
+    // RFC 7009: revoking either token of a grant revokes the grant (the client authenticated first).
+    async revokeToken(client, { token: t }) {
+      const grant = refresh.get(t)?.grant ?? access.get(t)?.grant;
+      if (grant !== undefined && (refresh.get(t) ?? access.get(t))?.client === client.client_id)
+        revoked.add(grant);
     },
     async verifyAccessToken(at): Promise<AuthInfo> {
       const a = access.get(at);

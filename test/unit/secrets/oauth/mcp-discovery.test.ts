@@ -18,7 +18,7 @@ import {
   scopesFor,
 } from "../../../../secrets/oauth/mcp-discovery.js";
 import { clientIdentity } from "../../../../secrets/oauth/mcp-registration.js";
-import { McpStore } from "../../../../secrets/oauth/mcp-store.js";
+import { HomeMcpStore } from "../../../../secrets/oauth/mcp-store.js";
 import { type FakeUpstream, startUpstream } from "../../../helpers/upstream.js";
 
 let u: FakeUpstream;
@@ -154,7 +154,7 @@ describe("client identity", () => {
     mcp,
     redirectUri: "http://127.0.0.1:8765/callback",
     fetch: fetch(),
-    store: new McpStore(mkdtempSync(join(tmpdir(), "kb-mcp-"))),
+    store: new HomeMcpStore(mkdtempSync(join(tmpdir(), "kb-mcp-"))),
     print: () => {},
   });
   const metadata = (extra: Record<string, unknown> = {}) =>
