@@ -14,6 +14,7 @@ import type { Redis } from "ioredis";
 import type { StoredLogin } from "../oauth/login.js";
 import type { McpBinding, McpRegistration, McpStore } from "../oauth/mcp-store.js";
 import { fieldOf } from "./redis-keys.js";
+import { fromRedis } from "./redis-token-store.js";
 import type { TokenCipher } from "./token-cipher.js";
 
 export class RedisMcpStore implements McpStore {
@@ -34,14 +35,8 @@ export class RedisMcpStore implements McpStore {
     this.#registrationsKey = `${prefix}mcp:registrations`;
   }
 
-  /** Every failure is also a health signal; the caller gets an error that says where. */
-  async #run<T>(op: Promise<T>): Promise<T> {
-    try {
-      return await op;
-    } catch (err) {
-      this.#onError(err as Error);
-      throw new Error(`the fleet's Redis did not answer: ${(err as Error).message}`, { cause: err });
-    }
+  #run<T>(op: Promise<T>): Promise<T> {
+    return fromRedis(op, this.#onError);
   }
 
   #open<T>(key: string, field: string, value: string | null): T | undefined {

@@ -51,6 +51,16 @@ return 0
 
 type Scripts = Record<string, (...args: string[]) => Promise<number>>;
 
+/** A Redis command's answer; its failure is also a health signal, and an error that says where. */
+export async function fromRedis<T>(op: Promise<T>, onError: (err: Error) => void): Promise<T> {
+  try {
+    return await op;
+  } catch (err) {
+    onError(err as Error);
+    throw new Error(`the fleet's Redis did not answer: ${(err as Error).message}`, { cause: err });
+  }
+}
+
 export class RedisTokenStore implements TokenStore {
   readonly #redis: Redis;
   readonly #keys: RedisKeys;
@@ -81,14 +91,8 @@ export class RedisTokenStore implements TokenStore {
     return this.#redis as unknown as Scripts;
   }
 
-  /** Every failure is also a health signal. */
-  async #run<T>(op: Promise<T>): Promise<T> {
-    try {
-      return await op;
-    } catch (err) {
-      this.#onError(err as Error);
-      throw new Error(`the fleet's Redis did not answer: ${(err as Error).message}`, { cause: err });
-    }
+  #run<T>(op: Promise<T>): Promise<T> {
+    return fromRedis(op, this.#onError);
   }
 
   #open(field: string, value: string): StoredLogin | undefined {
