@@ -9,6 +9,7 @@ import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.
 import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
 import { AdminPage, isAdminPagePath } from "../admin/page.js";
+import { Sessions } from "../admin/sessions.js";
 import { answerTlsOnSamePort } from "../admin/tls.js";
 import { Usage } from "../admin/usage.js";
 import type { AuditDecision, AuditEntry, AuditHealth } from "../audit/audit-log.js";
@@ -223,7 +224,7 @@ export class Broker implements AdminHost {
       caller: (req) => callerOf(this, this.#adminToken, req),
     });
     const options = serverOptions(rt.rules);
-    this.#adminPage = new AdminPage(this, this.#adminToken, this.usage);
+    this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
     if (!isLoopbackHost(rt.rules.listen.host)) {
       this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));

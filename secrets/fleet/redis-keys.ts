@@ -23,7 +23,7 @@ export function parseField(field: string): [string, string] | undefined {
 }
 
 export interface FleetMessage {
-  readonly t: "mark" | "reset" | "login";
+  readonly t: "mark" | "reset" | "login" | "session";
   readonly f?: string;
   readonly m?: string;
   readonly p?: string;

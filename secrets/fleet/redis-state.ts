@@ -14,6 +14,7 @@ import type { StoredLogin } from "../oauth/login.js";
 import type { PoolState, SharedMark } from "../pool.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
 import { RedisMcpStore } from "./redis-mcp-store.js";
+import { RedisSessionStore } from "./redis-sessions.js";
 import { RedisTokenStore } from "./redis-token-store.js";
 import type { SharedState, SharedStateOptions, StateHealth } from "./shared-state.js";
 import { TokenCipher } from "./token-cipher.js";
@@ -77,6 +78,7 @@ function clientOptions(password: string | undefined, onRetry: () => void) {
 export class RedisState implements SharedState {
   readonly tokens: RedisTokenStore;
   readonly mcp: RedisMcpStore;
+  readonly sessions: RedisSessionStore;
   readonly #config: RedisStateConfig;
   readonly #redis: Redis;
   readonly #sub: Redis;
@@ -128,6 +130,13 @@ export class RedisState implements SharedState {
     const onError = (err: Error) => this.#degrade(err.message);
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
+    this.sessions = new RedisSessionStore(this.#redis, cipher, {
+      prefix: p,
+      channel: this.#keys.channel,
+      self: this.#self,
+      degraded: () => this.#degradedSince !== undefined,
+      onError,
+    });
     this.#ping = setInterval(() => {
       this.#redis.ping().then(
         () => this.#sync(),
@@ -254,6 +263,8 @@ export class RedisState implements SharedState {
         this.mcp.follow(key[0], key[1]);
         this.tokens.changed(key[0], key[1]);
       }
+    } else if (msg.t === "session" && msg.f !== undefined) {
+      this.sessions.forget(msg.f);
     }
   }
 
@@ -334,6 +345,7 @@ export class RedisState implements SharedState {
         if (key !== undefined) pools.merge(key[0], key[1], JSON.parse(text) as SharedMark, now);
       }
     }
+    await this.sessions.flush();
     if (lostData) {
       // An MCP login's binding first: no broker should see a login it cannot refresh.
       await this.mcp.republish(this.#held());

@@ -3,7 +3,8 @@
 // One small interface, two places: the home folder (one broker, or several on one machine:
 // `state/pools.json` and `tokens/`), or a fleet's Redis. The request path never calls it: each
 // broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
-// Approvals and admin sessions are meant to join it as further small stores on the same client.
+// Admin sessions are a further small store on the same client (absent: in the broker's memory).
+import type { SessionStore } from "../../admin/sessions.js";
 import type { Rules } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import { HomeMcpStore, type McpStore } from "../oauth/mcp-store.js";
@@ -25,6 +26,8 @@ export interface SharedState {
   readonly tokens: TokenStore;
   /** MCP logins' bindings and client registrations: read by `auth` commands and at refresh only. */
   readonly mcp: McpStore;
+  /** Where admin page sessions live when brokers share them; undefined: this broker's memory. */
+  readonly sessions?: SessionStore;
   /** Joins the broker's pool marks to the shared ones: marks made here go out, others come in. */
   attachPools(pools: PoolState): void;
   /** The logins the broker holds, to publish again to a store that lost them. */
