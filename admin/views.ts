@@ -5,6 +5,7 @@ import type { AuditRecord } from "../audit/audit-log.js";
 import { AUDIT_DECISIONS } from "../audit/audit-log.js";
 import type { ApprovalView } from "../proxy/approvals.js";
 import { formatUptime, type ProviderStatus, type StatusReport } from "../proxy/status.js";
+import type { StateHealth } from "../secrets/fleet/shared-state.js";
 import type { AuditFilter, ChainState } from "./audit-view.js";
 import type { DeviceLoginState } from "./device-logins.js";
 import { formatBytes, type Html, html, relative } from "./html.js";
@@ -180,6 +181,30 @@ ${
 </article>`;
 }
 
+/** SPEC §17: where marks, logins and sessions are shared, and `degraded since …` while Redis is away. */
+function sharedStateFact(s: StateHealth | undefined): Html {
+  if (s === undefined || s.store === "home") {
+    return html`<div class="fact wide" id="shared-state"><span class="k">Shared state</span><span class="v">home <span class="reason">(the brokers of this machine)</span></span></div>`;
+  }
+  const where = html`redis <code class="wrap">${withoutPassword(s.url ?? "")}</code> · prefix <code>${s.prefix ?? ""}</code>`;
+  const health =
+    s.degradedSince === undefined
+      ? html`<span class="badge ok">ok</span>`
+      : html`<span class="badge bad">degraded since <time datetime="${s.degradedSince}">${s.degradedSince.slice(11, 19)} UTC</time></span> <span class="reason">${relative(s.degradedSince)}: ${s.error ?? "unreachable"}; serving from memory, no OAuth refresh</span>`;
+  return html`<div class="fact wide" id="shared-state"><span class="k">Shared state</span><span class="v">${where} ${health}</span></div>`;
+}
+
+function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password === "") return url;
+    u.password = "";
+    return u.toString();
+  } catch {
+    return "";
+  }
+}
+
 export function overviewPart(report: StatusReport, f: FormContext): Html {
   const audit = report.audit ?? [];
   const auditText =
@@ -196,6 +221,7 @@ export function overviewPart(report: StatusReport, f: FormContext): Html {
 <div class="fact"><span class="k">Audit log</span><span class="v">${auditText}</span></div>
 <div class="fact wide"><span class="k">CA fingerprint</span><span class="v"><code class="fp wrap">${report.ca?.fingerprint ?? "—"}</code></span></div>
 <div class="fact wide"><span class="k">Rules</span><span class="v"><code class="wrap">${report.rules}</code> · version ${report.version}</span></div>
+${sharedStateFact(report.state)}
 </section>
 ${report.reload === undefined ? "" : html`<p class="flash error">Reload rejected ${relative(report.reload.rejectedAt)}: ${report.reload.message}</p>`}
 <h2>Providers</h2>
