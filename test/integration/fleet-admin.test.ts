@@ -1,0 +1,226 @@
+// The admin page in fleet mode (SPEC §16, §17): two brokers on one real redis-server with a
+// password, sharing the CA and home key as a fleet does. A session started on one broker is
+// accepted by the other with its CSRF token, and a logout on either ends it on both; Redis holds
+// no cookie, token, password or CSRF token. In a real Chromium, the overview names the shared
+// state, says `degraded since …` while Redis is frozen (the signed-in person keeps working from
+// the broker's memory) and stops saying it once Redis answers again.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { cpSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { type Browser, chromium } from "playwright-core";
+import { request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminTokenPath } from "../../admin/api.js";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
+import {
+  type BrokerProcess,
+  CLI,
+  findSecrets,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
+import { type RedisServer, redisDump, startRedis } from "../helpers/redis.js";
+
+const REDIS_PASSWORD = "redis-pw-8c2e6a4f1d3b";
+const PASSWORD = "fleet admin password 7f3a9c";
+const BOSS_TOKEN = "boss-token-2b7e5d9c1a3f4680";
+const KEY_A = "sk-fleet-admin-key-a-4e5f6a7b8c9d0e1f";
+const PREFIX = "kbfa:";
+
+let redis: RedisServer;
+let raw: Redis;
+let browser: Browser;
+const homes: string[] = [];
+const brokers: BrokerProcess[] = [];
+/** Everything the admin pages answered, for the secret scan. */
+const pages: string[] = [];
+
+interface Answer {
+  status: number;
+  location: string | undefined;
+  setCookie: string | undefined;
+  text: string;
+}
+
+/** One request to a broker's admin page with the session cookie (named per port, as browsers need). */
+async function adminPage(
+  i: number,
+  path: string,
+  cookie?: string,
+  form?: Record<string, string>,
+): Promise<Answer> {
+  const b = brokers[i]!;
+  const res = await request(`http://127.0.0.1:${b.port}${path}`, {
+    method: form === undefined ? "GET" : "POST",
+    headers: {
+      ...(cookie === undefined ? {} : { cookie: `kb_admin_${b.port}=${cookie}` }),
+      ...(form === undefined ? {} : { "content-type": "application/x-www-form-urlencoded" }),
+    },
+    ...(form === undefined ? {} : { body: new URLSearchParams(form).toString() }),
+  });
+  const text = await res.body.text();
+  pages.push(text);
+  const header = (name: string) => {
+    const v = res.headers[name];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  return { status: res.statusCode, location: header("location"), setCookie: header("set-cookie"), text };
+}
+
+const csrfOf = (page: string) => /name="csrf" value="([^"]+)"/.exec(page)?.[1];
+
+beforeAll(async () => {
+  redis = await startRedis({ password: REDIS_PASSWORD });
+  raw = new Redis(redis.url, { password: REDIS_PASSWORD, maxRetriesPerRequest: 0 });
+  raw.on("error", () => {});
+  const config = writeConfig(
+    tempHome(),
+    `version: 1
+state: { url: "${redis.url}", password: env:KB_REDIS_PASSWORD, prefix: "${PREFIX}" }
+catalogue: false
+providers:
+  pooled:
+    hosts: [api.pool.test]
+    inject: { header: authorization }
+    credentials: [KEY_A]
+clients:
+  boss: { token: BOSS_TOKEN, role: owner }
+`,
+  );
+  // One CA and home key for the fleet, copied to the second home (README: Running a fleet).
+  homes.push(tempHome(), tempHome());
+  loadOrCreateCa(homes[0]!);
+  homeKey(homes[0]!);
+  cpSync(join(homes[0]!, "ca"), join(homes[1]!, "ca"), { recursive: true });
+  cpSync(join(homes[0]!, "home.key"), join(homes[1]!, "home.key"));
+  // The password is set on the first broker's home only: it is checked where the login happens.
+  const set = spawnSync(process.execPath, [CLI, "admin", "password", "--home", homes[0]!], {
+    input: `${PASSWORD}\n`,
+    encoding: "utf8",
+  });
+  expect(set.status, set.stderr).toBe(0);
+  const env = { KEY_A, BOSS_TOKEN, KB_REDIS_PASSWORD: REDIS_PASSWORD };
+  brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--no-first-run",
+      "--disable-background-networking",
+    ],
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  if (redis?.pid !== undefined) process.kill(redis.pid, "SIGCONT");
+  for (const b of brokers) await b.stop();
+  raw?.disconnect();
+  await redis?.stop();
+  const adminTokens = homes.map((h) => readFileSync(adminTokenPath(h), "utf8").trim());
+  const secrets = [PASSWORD, BOSS_TOKEN, KEY_A, REDIS_PASSWORD, ...adminTokens];
+  // Nothing a broker printed or a page answered holds a secret.
+  expect(findSecrets(secrets, [], [...pages, ...brokers.flatMap((b) => [b.stdout(), b.stderr()])])).toEqual(
+    [],
+  );
+});
+
+describe("admin sessions shared on Redis", () => {
+  it("a session started on broker 1 works on broker 2 with its CSRF token; a logout on broker 2 ends it on broker 1", async () => {
+    const login = await adminPage(0, "/admin/login", undefined, { secret: PASSWORD });
+    expect(login.status, login.text).toBe(303);
+    const cookie = new RegExp(`kb_admin_${brokers[0]!.port}=([^;]+)`).exec(login.setCookie ?? "")?.[1];
+    expect(cookie).toBeDefined();
+
+    const one = await adminPage(0, "/admin/", cookie);
+    expect(one.status).toBe(200);
+    const csrf = csrfOf(one.text)!;
+    // Broker 2 knows the session: the same page, the same form token.
+    const two = await adminPage(1, "/admin/", cookie);
+    expect(two.status).toBe(200);
+    expect(csrfOf(two.text)).toBe(csrf);
+    expect(two.text).toContain(
+      `redis <code class="wrap">${redis.url}</code> · prefix <code>${PREFIX}</code>`,
+    );
+
+    // The form token is checked against the shared session: a wrong one is refused on broker 2.
+    const forged = await adminPage(1, "/admin/do/reset", cookie, {
+      provider: "pooled",
+      csrf: "x".repeat(32),
+    });
+    expect(forged.status).toBe(403);
+    const reset = await adminPage(1, "/admin/do/reset", cookie, { provider: "pooled", csrf });
+    expect(reset).toMatchObject({ status: 303, location: "/admin/" });
+    // The outcome's message went into the shared session: broker 1 shows it.
+    expect((await adminPage(0, "/admin/", cookie)).text).toContain("pooled: no marks to clear.");
+
+    // The session's Redis key is the cookie's hash, and expires after the idle time, sliding on use.
+    const key = `${PREFIX}session:${createHash("sha256").update(cookie!).digest("hex")}`;
+    await raw.pexpire(key, 60_000);
+    expect((await adminPage(1, "/admin/approvals", cookie)).status).toBe(200);
+    expect(await raw.pttl(key)).toBeGreaterThan(11 * 3600_000);
+
+    // Nothing in Redis is usable: no cookie, no CSRF token, no password, token or key.
+    const dump = await redisDump(raw);
+    expect(dump).toContain(key);
+    const adminTokens = homes.map((h) => readFileSync(adminTokenPath(h), "utf8").trim());
+    expect(
+      findSecrets([cookie!, csrf, PASSWORD, BOSS_TOKEN, KEY_A, REDIS_PASSWORD, ...adminTokens], [], dump),
+    ).toEqual([]);
+
+    const out = await adminPage(1, "/admin/logout", cookie, { csrf });
+    expect(out).toMatchObject({ status: 303, location: "/admin/login" });
+    expect(await adminPage(0, "/admin/", cookie)).toMatchObject({ status: 303, location: "/admin/login" });
+    expect(await raw.exists(key)).toBe(0);
+  });
+
+  it("the overview says degraded since … while Redis is frozen, the person stays logged in, and it clears on recovery", {
+    timeout: 40_000,
+  }, async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.setDefaultTimeout(10_000);
+    page.on("response", (res) => {
+      if (res.status() < 300 || res.status() >= 400)
+        void res.text().then(
+          (t) => pages.push(t),
+          () => {},
+        );
+    });
+    const base = `http://127.0.0.1:${brokers[0]!.port}`;
+    await page.goto(`${base}/admin/login`);
+    await page.getByLabel("Password or admin token").fill(BOSS_TOKEN);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.waitForURL(/\/admin\/$/);
+    const fact = page.locator("#shared-state");
+    await expect(fact.textContent()).resolves.toMatch(
+      /redis\s+redis:\/\/127\.0\.0\.1:\d+\/0 · prefix kbfa:\s+ok/,
+    );
+
+    process.kill(redis.pid!, "SIGSTOP");
+    try {
+      await fact.getByText(/degraded since \d\d:\d\d:\d\d UTC/).waitFor();
+      await expect(fact.textContent()).resolves.toMatch(/serving from memory/);
+      // A page view while Redis is away: the session is served from this broker's copy.
+      await page.reload();
+      await expect(page.locator("h1").textContent()).resolves.toBe("Overview");
+      await expect(fact.textContent()).resolves.toMatch(/degraded since/);
+    } finally {
+      process.kill(redis.pid!, "SIGCONT");
+    }
+    await fact.locator(".badge.ok").waitFor({ timeout: 15_000 });
+    expect(await fact.textContent()).not.toMatch(/degraded/);
+    // Still logged in, on both brokers (the session went to Redis again once it answered).
+    await page.reload();
+    await expect(page.locator("h1").textContent()).resolves.toBe("Overview");
+    const cookie = (await context.cookies()).find((c) => c.name === `kb_admin_${brokers[0]!.port}`)!.value;
+    expect((await adminPage(1, "/admin/", cookie)).status).toBe(200);
+    await context.close();
+  });
+});
