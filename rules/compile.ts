@@ -58,12 +58,13 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     const from = parseHostPort(key);
     resolve.set(hostPortKey(from.host, from.port), parseHostPort(target));
   }
+  const upstreamCa = list(file.upstream_ca).map((p) => absolutePath(p, baseDir, userHome));
 
   return {
     origin,
     listen: compileListen(file.listen),
     intercept: file.intercept ?? "providers",
-    upstreamCa: list(file.upstream_ca).map((p) => absolutePath(p, baseDir, userHome)),
+    upstreamCa,
     resolve,
     sources: compileSources(file.sources ?? undefined, ctx),
     providers,
@@ -102,21 +103,29 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
     limits: file.limits?.connections === undefined ? {} : { connections: file.limits.connections },
     accessLog: file.log?.access ?? false,
     ...(file.notify ? { notify: splitCommandLine(file.notify.slice("cmd:".length)) } : {}),
-    ...(file.state === undefined ? {} : { state: compileState(file.state, ctx) }),
+    ...(file.state === undefined ? {} : { state: compileState(file.state, ctx, upstreamCa) }),
   };
 }
 
 const DEFAULT_STATE_PREFIX = "keybroker:";
 
-function compileState(state: NonNullable<RuleFile["state"]>, ctx: Context): RedisStateConfig {
-  if (typeof state === "string") return { kind: "redis", url: state, prefix: DEFAULT_STATE_PREFIX };
+function compileState(
+  state: NonNullable<RuleFile["state"]>,
+  ctx: Context,
+  upstreamCa: readonly string[],
+): RedisStateConfig {
+  const url = typeof state === "string" ? state : state.url;
+  // A rediss:// server is verified as an upstream is: system roots plus upstream_ca (SPEC §3.7).
+  const ca = new URL(url).protocol === "rediss:" && upstreamCa.length > 0 ? { ca: upstreamCa } : {};
+  if (typeof state === "string") return { kind: "redis", url, prefix: DEFAULT_STATE_PREFIX, ...ca };
   return {
     kind: "redis",
-    url: state.url,
+    url,
     ...(state.password === undefined
       ? {}
       : { password: absoluteCredentialRef(state.password, ctx.baseDir, ctx.userHome) }),
     prefix: state.prefix ?? DEFAULT_STATE_PREFIX,
+    ...ca,
   };
 }
 

@@ -102,12 +102,23 @@ function expect(what: string): { error: ErrorMap } {
  * A strict object: each unknown key is an issue line with a "did you mean" among the keys
  * allowed here. (One issue carries all unknown keys of the object, one per message line.)
  */
-function strict<Shape extends z.core.$ZodLooseShape>(shape: Shape, what = "a map (key: value)") {
+function strict<Shape extends z.core.$ZodLooseShape>(
+  shape: Shape,
+  what = "a map (key: value)",
+  /** Unknown keys people are known to try here, with what to write instead. */
+  hints: Readonly<Record<string, string>> = {},
+) {
   const allowed = Object.keys(shape);
   return z.strictObject(shape, {
     error: (issue: RawIssue) => {
       if (issue.code === "unrecognized_keys")
-        return issue.keys.map((k) => unknownKeyMessage(k, allowed)).join("\n");
+        return issue.keys
+          .map((k) =>
+            Object.hasOwn(hints, k)
+              ? `unknown key ${JSON.stringify(k)} — ${hints[k]}`
+              : unknownKeyMessage(k, allowed),
+          )
+          .join("\n");
       if (issue.code === "invalid_type") return expectedMessage(what, issue.input);
       return undefined;
     },
@@ -663,15 +674,24 @@ const redisUrl = parsedString("a redis:// or rediss:// URL", (value) => {
 const stateSchema = z.union(
   [
     redisUrl,
-    strict({
-      url: redisUrl,
-      password: credentialRefSchema.optional(),
-      prefix: matching(
-        /^[A-Za-z0-9:._-]{1,64}$/,
-        "a key prefix",
-        'a prefix is up to 64 letters, digits, ":", ".", "_" or "-", as in "keybroker:"',
-      ).optional(),
-    }),
+    strict(
+      {
+        url: redisUrl,
+        password: credentialRefSchema.optional(),
+        prefix: matching(
+          /^[A-Za-z0-9:._-]{1,64}$/,
+          "a key prefix",
+          'a prefix is up to 64 letters, digits, ":", ".", "_" or "-", as in "keybroker:"',
+        ).optional(),
+      },
+      undefined,
+      Object.fromEntries(
+        ["ca", "tls", "ca_file", "cacert"].map((k) => [
+          k,
+          "a rediss:// server is verified with the system's roots plus the files in upstream_ca: list its CA there",
+        ]),
+      ),
+    ),
   ],
   expect("a redis:// URL, or { url, password, prefix }"),
 );

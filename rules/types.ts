@@ -244,6 +244,8 @@ export interface RedisStateConfig {
   readonly url: string;
   readonly password?: string;
   readonly prefix: string;
+  /** rediss:// only: the rule file's `upstream_ca` files, trusted besides the system's roots. */
+  readonly ca?: readonly string[];
 }
 
 /** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */

@@ -15,6 +15,7 @@ import type { PoolState, SharedMark } from "../pool.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
 import { RedisMcpStore } from "./redis-mcp-store.js";
 import { RedisSessionStore } from "./redis-sessions.js";
+import { redisErrorText, redisTls } from "./redis-tls.js";
 import { RedisTokenStore } from "./redis-token-store.js";
 import type { SharedState, SharedStateOptions, StateHealth } from "./shared-state.js";
 import { TokenCipher } from "./token-cipher.js";
@@ -61,9 +62,10 @@ redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 `;
 
-function clientOptions(password: string | undefined, onRetry: () => void) {
+function clientOptions(config: RedisStateConfig, password: string | undefined, onRetry: () => void) {
   return {
     ...(password === undefined ? {} : { password }),
+    ...redisTls(config),
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: COMMAND_TIMEOUT_MS,
@@ -111,12 +113,12 @@ export class RedisState implements SharedState {
       channel: `${p}events`,
       lock: (provider, id) => `${p}lock:${fieldOf(provider, id)}`,
     };
-    const onRetry = () => this.#degrade("connection lost");
-    this.#redis = new Redis(config.url, clientOptions(password, onRetry));
-    this.#sub = new Redis(config.url, clientOptions(password, onRetry));
+    const onRetry = () => this.#degrade("connection lost", true);
+    this.#redis = new Redis(config.url, clientOptions(config, password, onRetry));
+    this.#sub = new Redis(config.url, clientOptions(config, password, onRetry));
     for (const c of [this.#redis, this.#sub]) {
-      c.on("error", (err: Error) => this.#degrade(err.message));
-      c.on("close", () => this.#degrade("connection closed"));
+      c.on("error", (err: Error) => this.#degrade(redisErrorText(err)));
+      c.on("close", () => this.#degrade("connection closed", true));
     }
     this.#sub.on("message", (_channel: string, text: string) => this.#onMessage(text));
     this.#sub.on("ready", () => {
@@ -221,10 +223,13 @@ export class RedisState implements SharedState {
     this.#sub.disconnect();
   }
 
-  /** Enters the degraded state: one warning, until the store answers again. */
-  #degrade(reason: string): void {
+  /**
+   * Enters the degraded state: one warning, until the store answers again. A `generic` reason
+   * (the connection closed) does not hide the specific one seen before it (a refused certificate).
+   */
+  #degrade(reason: string, generic = false): void {
     if (this.#closed) return;
-    this.#error = reason;
+    if (!generic || this.#error === undefined) this.#error = reason;
     this.#needSync = true;
     if (this.#degradedSince !== undefined) return;
     this.#degradedSince = new Date();

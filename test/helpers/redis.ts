@@ -1,6 +1,7 @@
 // A real redis-server (the Debian package) for the fleet tests: on a free loopback port, in its
 // own temporary folder, persisting nothing (`--save ''`), stopped by pid. `restart()` brings it
-// back on the same port, empty, as a Redis that lost its data.
+// back on the same port, empty, as a Redis that lost its data. With `tls`, it listens for TLS
+// only (rediss://), presenting the given certificate and asking clients for none.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync } from "node:fs";
@@ -30,19 +31,33 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function launch(port: number, dir: string, password: string | undefined): Promise<ChildProcess> {
-  const args = [
-    "--port",
-    String(port),
-    "--bind",
-    "127.0.0.1",
-    "--dir",
-    dir,
-    "--save",
-    "",
-    "--appendonly",
-    "no",
-  ];
+/** PEM files for a TLS-only redis-server. */
+export interface RedisTls {
+  readonly cert: string;
+  readonly key: string;
+  readonly ca: string;
+}
+
+async function launch(port: number, dir: string, opts: RedisOptions): Promise<ChildProcess> {
+  const { password, tls } = opts;
+  const listen =
+    tls === undefined
+      ? ["--port", String(port)]
+      : [
+          "--port",
+          "0",
+          "--tls-port",
+          String(port),
+          "--tls-cert-file",
+          tls.cert,
+          "--tls-key-file",
+          tls.key,
+          "--tls-ca-cert-file",
+          tls.ca,
+          "--tls-auth-clients",
+          "no",
+        ];
+  const args = [...listen, "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"];
   if (password !== undefined) args.push("--requirepass", password);
   const child = spawn(REDIS_SERVER, args, { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
@@ -64,10 +79,15 @@ async function launch(port: number, dir: string, password: string | undefined): 
   return child;
 }
 
-export async function startRedis(opts: { password?: string } = {}): Promise<RedisServer> {
+export interface RedisOptions {
+  readonly password?: string;
+  readonly tls?: RedisTls;
+}
+
+export async function startRedis(opts: RedisOptions = {}): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), "kb-redis-"));
   const port = await freePort();
-  let child: ChildProcess | undefined = await launch(port, dir, opts.password);
+  let child: ChildProcess | undefined = await launch(port, dir, opts);
   const stop = async () => {
     const c = child;
     child = undefined;
@@ -78,14 +98,14 @@ export async function startRedis(opts: { password?: string } = {}): Promise<Redi
   };
   return {
     port,
-    url: `redis://127.0.0.1:${port}/0`,
+    url: `${opts.tls === undefined ? "redis" : "rediss"}://127.0.0.1:${port}/0`,
     get pid() {
       return child?.pid;
     },
     stop,
     async restart() {
       await stop();
-      child = await launch(port, dir, opts.password);
+      child = await launch(port, dir, opts);
     },
   };
 }

@@ -30,6 +30,21 @@ describe("state:", () => {
     );
   });
 
+  it("trusts upstream_ca for a rediss:// server, as for any upstream; a plain redis:// has no roots", () => {
+    expect(parse("upstream_ca: [./redis-ca.pem]\nstate: rediss://cache.internal:6380/0\n").state).toEqual({
+      kind: "redis",
+      url: "rediss://cache.internal:6380/0",
+      prefix: "keybroker:",
+      ca: ["/etc/kb/redis-ca.pem"],
+    });
+    expect(
+      parse("upstream_ca: [./redis-ca.pem]\nstate: { url: redis://cache:6379 }\n").state?.ca,
+    ).toBeUndefined();
+    expect(problems("state: { url: rediss://cache:6380, ca: ./redis-ca.pem }\n")).toEqual([
+      'state: unknown key "ca" — a rediss:// server is verified with the system\'s roots plus the files in upstream_ca: list its CA there',
+    ]);
+  });
+
   it("names the path and the fix for each mistake, never echoing a password", () => {
     expect(problems("state: http://cache:6379\n")).toEqual([
       'state: must be a redis:// or rediss:// URL, as in "redis://127.0.0.1:6379/0"',
