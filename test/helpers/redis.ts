@@ -4,11 +4,14 @@
 // only (rediss://), presenting the given certificate and asking clients for none.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync } from "node:fs";
+import { cpSync, mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
+import { tempHome } from "./broker.js";
 
 export const REDIS_SERVER = "/usr/bin/redis-server";
 
@@ -137,4 +140,21 @@ export async function redisLeaks(raw: Redis, secrets: readonly string[]): Promis
     }
   } while (cursor !== "0");
   return found;
+}
+
+/**
+ * Homes for `n` brokers of one fleet: the first one's CA and home key, made as `keybroker init`
+ * makes them, copied into the others (README: Running a fleet).
+ */
+export function fleetHomes(n: number): string[] {
+  const homes = [tempHome()];
+  loadOrCreateCa(homes[0]!);
+  homeKey(homes[0]!);
+  for (let i = 1; i < n; i++) {
+    const home = tempHome();
+    cpSync(join(homes[0]!, "ca"), join(home, "ca"), { recursive: true });
+    cpSync(join(homes[0]!, "home.key"), join(home, "home.key"));
+    homes.push(home);
+  }
+  return homes;
 }

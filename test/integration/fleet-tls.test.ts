@@ -2,14 +2,13 @@
 // certificate made by keybroker's own certs module under a CA of its own. Two brokers that list
 // that CA in `upstream_ca` share a mark over it; a third that does not trust it starts anyway,
 // serves from memory, and says why it is degraded and what to do.
-import { cpSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { LeafMinter } from "../../certs/leaf.js";
-import { homeKey } from "../../core/home.js";
 import type { StatusReport } from "../../proxy/status.js";
 import {
   type BrokerProcess,
@@ -19,7 +18,7 @@ import {
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
-import { type RedisServer, startRedis } from "../helpers/redis.js";
+import { fleetHomes, type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const KEY_A = "sk-fleet-tls-key-a-5f6a7b8c9d0e1f2a";
@@ -93,13 +92,7 @@ beforeAll(async () => {
   });
   const config = writeConfig(tempHome(), rules([u.caPath, redisCa.certPath]));
   untrustedConfig = writeConfig(tempHome(), rules([u.caPath]));
-  homes.push(tempHome(), tempHome(), tempHome());
-  loadOrCreateCa(homes[0]!);
-  homeKey(homes[0]!);
-  for (const home of homes.slice(1)) {
-    cpSync(join(homes[0]!, "ca"), join(home, "ca"), { recursive: true });
-    cpSync(join(homes[0]!, "home.key"), join(home, "home.key"));
-  }
+  homes.push(...fleetHomes(3));
   const env = { KEY_A, KEY_B };
   const started = await Promise.all([
     startBroker({ home: homes[0]!, config, env }),

@@ -11,8 +11,6 @@ import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import { loadOrCreateCa } from "../../certs/ca.js";
-import { homeKey } from "../../core/home.js";
 import { formatStatus, type StatusReport } from "../../proxy/status.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
@@ -31,7 +29,7 @@ import {
   serveChat,
   storedLogin,
 } from "../helpers/fake-oauth.js";
-import { redisLeaks as leaksIn, type RedisServer, startRedis } from "../helpers/redis.js";
+import { fleetHomes, redisLeaks as leaksIn, type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const PASSWORD = "redis-pw-5e1d9c7b3a";
@@ -166,17 +164,8 @@ providers:
 `,
   );
   const env = { POOL_KEY_A: KEYS.A, POOL_KEY_B: KEYS.B, POOL_KEY_C: KEYS.C, KB_REDIS_PASSWORD: PASSWORD };
-  // The first home's CA and home key, made as `keybroker init` makes them; every broker of a
-  // fleet gets a copy of both (README: Running a fleet). The three then start at once.
-  homes.push(tempHome());
-  loadOrCreateCa(homes[0]!);
-  homeKey(homes[0]!);
-  for (let i = 1; i < 3; i++) {
-    const home = tempHome();
-    cpSync(join(homes[0]!, "ca"), join(home, "ca"), { recursive: true });
-    cpSync(join(homes[0]!, "home.key"), join(home, "home.key"));
-    homes.push(home);
-  }
+  // One CA and home key for the fleet (README: Running a fleet). The three then start at once.
+  homes.push(...fleetHomes(3));
   brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
   for (const b of brokers)
     agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
