@@ -129,7 +129,7 @@ export class RedisState implements SharedState {
     this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
     this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
     const cipher = new TokenCipher(opts.homeKey());
-    const onError = (err: Error) => this.#degrade(err.message);
+    const onError = (err: Error) => this.#failed(err);
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
     this.sessions = new RedisSessionStore(this.#redis, cipher, {
@@ -142,7 +142,7 @@ export class RedisState implements SharedState {
     this.#ping = setInterval(() => {
       this.#redis.ping().then(
         () => this.#sync(),
-        (err: Error) => this.#degrade(err.message),
+        (err: Error) => this.#failed(err),
       );
     }, PING_EVERY_MS);
     this.#ping.unref();
@@ -238,6 +238,14 @@ export class RedisState implements SharedState {
     );
   }
 
+  /**
+   * A command failed. While the connection is down that says only "not connected": the
+   * connection's own error (a refused certificate, a refused connection) stays the reason shown.
+   */
+  #failed(err: Error): void {
+    this.#degrade(err.message, this.#redis.status !== "ready");
+  }
+
   #recovered(): void {
     if (this.#degradedSince === undefined) return;
     const seconds = Math.round((Date.now() - this.#degradedSince.getTime()) / 1000);
@@ -286,7 +294,7 @@ export class RedisState implements SharedState {
       // Another broker's mark may outlast ours: keep the longer one here too.
       if (kept !== null) this.#pools?.merge(provider, id, JSON.parse(kept) as SharedMark);
     } catch (err) {
-      this.#degrade((err as Error).message);
+      this.#failed(err as Error);
     }
   }
 
@@ -307,7 +315,7 @@ export class RedisState implements SharedState {
         JSON.stringify(message),
       );
     } catch (err) {
-      this.#degrade((err as Error).message);
+      this.#failed(err as Error);
     }
   }
 
@@ -323,7 +331,7 @@ export class RedisState implements SharedState {
     this.#syncing = this.#mergeAll()
       .then(
         () => this.#recovered(),
-        (err: Error) => this.#degrade(err.message),
+        (err: Error) => this.#failed(err),
       )
       .finally(() => {
         this.#syncing = undefined;
