@@ -4,8 +4,9 @@
 // no cookie, token, password or CSRF token. In a real Chromium, the overview names the shared
 // state, says `degraded since …` while Redis is frozen (the signed-in person keeps working from
 // the broker's memory) and stops saying it once Redis answers again.
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
+import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
 import { type Browser, chromium } from "playwright-core";
@@ -90,14 +91,18 @@ clients:
   );
   // One CA and home key for the fleet, copied to the second home (README: Running a fleet).
   homes.push(...fleetHomes(2));
-  // The password is set on the first broker's home only: it is checked where the login happens.
-  const set = spawnSync(process.execPath, [CLI, "admin", "password", "--home", homes[0]!], {
-    input: `${PASSWORD}\n`,
-    encoding: "utf8",
+  // The password is set on the first broker's home only (read at each login), while both start.
+  const setPassword = spawn(process.execPath, [CLI, "admin", "password", "--home", homes[0]!], {
+    stdio: ["pipe", "ignore", "inherit"],
   });
-  expect(set.status, set.stderr).toBe(0);
+  setPassword.stdin.end(`${PASSWORD}\n`);
   const env = { KEY_A, BOSS_TOKEN, KB_REDIS_PASSWORD: REDIS_PASSWORD };
-  brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
+  const [[code]] = await Promise.all([
+    once(setPassword, "close"),
+    ...homes.map(async (home) => brokers.push(await startBroker({ home, config, env }))),
+  ]);
+  expect(code).toBe(0);
+  brokers.sort((a, b) => homes.indexOf(a.home) - homes.indexOf(b.home));
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
     args: [
