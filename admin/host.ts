@@ -21,7 +21,7 @@ export interface AdminHost {
   /** Requests held by `approve` rules: list, approve, deny, and a change event for live views. */
   readonly approvals: Approvals;
   /** Where marks and logins are shared (the home, or a fleet's Redis), for `status`. */
-  readonly sharedState: Pick<SharedState, "health">;
+  readonly sharedState: Pick<SharedState, "health" | "mcp">;
   /** When the last reload was rejected, and why. */
   readonly reloadRejected: { readonly at: Date; readonly message: string } | undefined;
   auditHealth(): AuditHealth[];
@@ -31,6 +31,11 @@ export interface AdminHost {
   onReset(provider: string, cleared: readonly string[]): void;
   /** The OAuth client of a provider with `oauth:`, on the broker's upstream agent. */
   oauthClient(provider: string): OAuthClient | undefined;
+  /**
+   * The client one login is refreshed and revoked with: the provider's, or for an MCP server the
+   * client and authorization server the login was made with (its binding).
+   */
+  loginClient(provider: string, id: string): Promise<OAuthClient | undefined>;
   /** Reloads the rule file as SIGHUP does; resolves once done (or rejected, see reloadRejected). */
   reloadRules(): Promise<void>;
 }

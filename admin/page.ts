@@ -479,21 +479,29 @@ export class AdminPage {
   }
 
   async #removeLogin(provider: string, id: string): Promise<["ok" | "error", string]> {
-    const store = this.#host.logins.store;
-    const login = await store.get(provider, id);
-    const client = this.#host.oauthClient(provider);
-    if (login === undefined || client === undefined) return ["error", `There is no login ${provider}/${id}.`];
+    const host = this.#host;
+    const rule = host.runtime.providers.get(provider)?.rule;
+    const store = host.logins.store;
+    const login = rule?.oauth === undefined ? undefined : await store.get(provider, id);
+    if (login === undefined) return ["error", `There is no login ${provider}/${id}.`];
     let note = "";
     try {
-      const revoked = await client.revoke(
-        login.refreshToken ?? login.accessToken,
-        login.refreshToken ? "refresh_token" : "access_token",
-      );
-      if (revoked) note = " and revoked it at the authorization server";
+      // An MCP login is revoked as the client it was made with, at its own server.
+      const client = await host.loginClient(provider, id);
+      if (client === undefined) note = " (not revoked: the server it was made with is not known)";
+      else if (
+        await client.revoke(
+          login.refreshToken ?? login.accessToken,
+          login.refreshToken ? "refresh_token" : "access_token",
+        )
+      ) {
+        note = " and revoked it at the authorization server";
+      }
     } catch (err) {
       note = ` (revoking it failed: ${(err as Error).message})`;
     }
     await store.remove(provider, id);
+    if (rule?.mcp !== undefined) await host.sharedState.mcp.removeBinding(provider, id);
     return ["ok", `Removed the login ${provider}/${id}${note}.`];
   }
 

@@ -387,6 +387,11 @@ export class Broker implements AdminHost {
     return client;
   }
 
+  async loginClient(provider: string, id: string): Promise<OAuthClient | undefined> {
+    const rule = this.#rt.providers.get(provider)?.rule;
+    return rule?.mcp === undefined ? this.oauthClient(provider) : this.#mcpClient(rule, id);
+  }
+
   /** Records one audit line (for the admin API and page). */
   audit(entry: AuditEntry): void {
     this.#audit?.record(entry);

@@ -10,9 +10,9 @@ import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
 import { type Browser, chromium } from "playwright-core";
-import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
+import { type AdminAnswer, adminRequest, cookieOf, csrfOf } from "../helpers/admin-http.js";
 import {
   type BrokerProcess,
   CLI,
@@ -37,36 +37,14 @@ const brokers: BrokerProcess[] = [];
 /** Everything the admin pages answered, for the secret scan. */
 const pages: string[] = [];
 
-interface Answer {
-  status: number;
-  location: string | undefined;
-  setCookie: string | undefined;
-  text: string;
-}
-
-/** One request to a broker's admin page with the session cookie (named per port, as browsers need). */
-async function adminPage(
+/** One request to a broker's admin page with the session cookie. */
+function adminPage(
   i: number,
   path: string,
   cookie?: string,
   form?: Record<string, string>,
-): Promise<Answer> {
-  const b = brokers[i]!;
-  const res = await request(`http://127.0.0.1:${b.port}${path}`, {
-    method: form === undefined ? "GET" : "POST",
-    headers: {
-      ...(cookie === undefined ? {} : { cookie: `kb_admin_${b.port}=${cookie}` }),
-      ...(form === undefined ? {} : { "content-type": "application/x-www-form-urlencoded" }),
-    },
-    ...(form === undefined ? {} : { body: new URLSearchParams(form).toString() }),
-  });
-  const text = await res.body.text();
-  pages.push(text);
-  const header = (name: string) => {
-    const v = res.headers[name];
-    return Array.isArray(v) ? v[0] : v;
-  };
-  return { status: res.statusCode, location: header("location"), setCookie: header("set-cookie"), text };
+): Promise<AdminAnswer> {
+  return adminRequest(brokers[i]!.port, path, cookie, form, pages);
 }
 
 /** Every secret of the test: the passwords, the client token, the key, both homes' admin tokens. */
@@ -74,8 +52,6 @@ function secrets(): string[] {
   const adminTokens = homes.map((h) => readFileSync(adminTokenPath(h), "utf8").trim());
   return [PASSWORD, BOSS_TOKEN, KEY_A, REDIS_PASSWORD, ...adminTokens];
 }
-
-const csrfOf = (page: string) => /name="csrf" value="([^"]+)"/.exec(page)?.[1];
 
 beforeAll(async () => {
   redis = await startRedis({ password: REDIS_PASSWORD });
@@ -137,7 +113,7 @@ describe("admin sessions shared on Redis", () => {
   it("a session started on broker 1 works on broker 2 with its CSRF token; a logout on broker 2 ends it on broker 1", async () => {
     const login = await adminPage(0, "/admin/login", undefined, { secret: PASSWORD });
     expect(login.status, login.text).toBe(303);
-    const cookie = new RegExp(`kb_admin_${brokers[0]!.port}=([^;]+)`).exec(login.setCookie ?? "")?.[1];
+    const cookie = cookieOf(login.setCookie);
     expect(cookie).toBeDefined();
 
     const one = await adminPage(0, "/admin/", cookie);
@@ -212,7 +188,7 @@ describe("admin sessions shared on Redis", () => {
       // A login while Redis is away works on this broker, and reaches the fleet once Redis is back.
       const login = await adminPage(0, "/admin/login", undefined, { secret: PASSWORD });
       expect(login.status).toBe(303);
-      lateCookie = new RegExp(`kb_admin_${brokers[0]!.port}=([^;]+)`).exec(login.setCookie ?? "")?.[1];
+      lateCookie = cookieOf(login.setCookie);
       expect((await adminPage(0, "/admin/", lateCookie)).status).toBe(200);
     } finally {
       process.kill(redis.pid!, "SIGCONT");

@@ -5,11 +5,12 @@
 // junk Authorization header, works through the mount and through the proxy to the real URL,
 // streams progress, gets the standalone GET stream, and ends its session; once the grant is
 // revoked it gets keybroker's 401 reauth_required, never the server's challenge.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import { ProxyAgent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminRequest, cookieOf, csrfOf } from "../helpers/admin-http.js";
 import {
   type BrokerProcess,
   cliAsync,
@@ -230,5 +231,39 @@ describe("an MCP server behind keybroker", () => {
     expect(fake.mcpSeen.every((s) => s.path === "/mcp")).toBe(true);
     const status = await cliAsync(["status", "--home", home, "--config", config]);
     expect(status.stdout).toContain("reauth_required");
+  });
+
+  it("the admin page removes the login: revoked at its server as the client it was made with, binding gone", async () => {
+    const link = await cliAsync(["admin", "--home", home, "--config", config]);
+    const url = new URL(/(http:\/\/127\.0\.0\.1:\d+\/admin\/login\?code=\S+)/.exec(link.stdout)![1]!);
+    const port = Number(url.port);
+    const login = await adminRequest(port, "/admin/login", undefined, {
+      code: url.searchParams.get("code")!,
+    });
+    const cookie = cookieOf(login.setCookie);
+    expect(cookie, login.text).toBeDefined();
+    const actions = await adminRequest(port, "/admin/actions", cookie);
+    expect(actions.text).toContain("<option>notes/default</option>");
+    const binding = join(home, "tokens", "mcp", "logins", "notes~default.json");
+    expect(existsSync(binding)).toBe(true);
+    const asBefore = fake.asSeen.length;
+    const done = await adminRequest(port, "/admin/do/remove-login", cookie, {
+      target: "notes/default",
+      csrf: csrfOf(actions.text)!,
+    });
+    expect(done.status).toBe(303);
+    const shown = await adminRequest(port, done.location!, cookie);
+    expect(shown.text).toContain(
+      "Removed the login notes/default and revoked it at the authorization server",
+    );
+    // Revoked at the MCP server's own authorization server, as the registered client.
+    const revoked = fake.asSeen.slice(asBefore).filter((s) => s.path === "/revoke");
+    expect(revoked).toHaveLength(1);
+    const registered = fake.asSeen.find((s) => s.path === "/register");
+    expect(revoked[0]!.body).toMatchObject({ token_type_hint: "refresh_token" });
+    expect(registered).toBeDefined();
+    expect(existsSync(binding)).toBe(false);
+    const list = await cliAsync(["auth", "list", "--home", home, "--config", config]);
+    expect(list.stdout).not.toMatch(/notes.*default/s);
   });
 });
