@@ -110,6 +110,26 @@ function openaiStates(report: Awaited<ReturnType<typeof statusJson>>): Record<st
   return Object.fromEntries(p.credentials.map((c) => [c.id, c.state]));
 }
 
+/**
+ * A reverse-mode chat call while every openai key answers 429 insufficient_quota: what came back,
+ * and the keys the fallback provider (openrouter's path on the same fake) was called with.
+ */
+async function callExhausted(f: Fixture, body = '{"model":"gpt-test"}') {
+  perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
+  const seenOr = perKey(f.upstream, "/api/v1/chat/completions", new Map());
+  const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: "Bearer dummy", "content-type": "application/json" },
+    body,
+  });
+  return {
+    status: res.statusCode,
+    error: res.headers["x-keybroker-error"],
+    text: await res.body.text(),
+    seenOr,
+  };
+}
+
 describe("credential pools", () => {
   it("(a) marks only the exhausted credential and serves the client from the next one; (b) reset brings it back", async () => {
     const f = await fixture();
@@ -196,17 +216,9 @@ describe("credential pools", () => {
     credentials: [OPENROUTER_API_KEY]
 fallbacks: { openai: [openrouter] }
 `);
-    const behaviour = new Map<string, Behaviour>(Object.values(KEYS).map((k) => [k, QUOTA_429]));
-    perKey(f.upstream, "/v1/chat/completions", behaviour);
-    const seenOr = perKey(f.upstream, "/api/v1/chat/completions", new Map());
-    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: "Bearer dummy", "content-type": "application/json" },
-      body: '{"model":"gpt-test"}',
-    });
-    const text = await res.body.text();
-    expect(res.statusCode, text).toBe(200);
-    expect(seenOr).toEqual([OR_KEY]);
+    const r = await callExhausted(f);
+    expect(r.status, r.text).toBe(200);
+    expect(r.seenOr).toEqual([OR_KEY]);
     expect(f.upstream.received.at(-1)!.host).toBe("openrouter.ai");
   });
 
@@ -217,18 +229,11 @@ fallbacks: { openai: [openrouter] }
       - deny: { method: POST, path: "/api/v1/chat/**" }
 fallbacks: { openai: [openrouter] }
 `);
-    perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
-    const seenOr = perKey(f.upstream, "/api/v1/chat/completions", new Map());
-    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: "Bearer dummy", "content-type": "application/json" },
-      body: '{"model":"gpt-test"}',
-    });
-    const text = await res.body.text();
+    const r = await callExhausted(f);
     // The pool's own answer: openrouter's deny rule is not bypassed by arriving as a fallback.
-    expect(res.statusCode, text).toBe(429);
-    expect(res.headers["x-keybroker-error"]).toBe("pool_exhausted");
-    expect(seenOr).toEqual([]);
+    expect(r.status, r.text).toBe(429);
+    expect(r.error).toBe("pool_exhausted");
+    expect(r.seenOr).toEqual([]);
     expect(f.broker.stderr()).toContain("fallback skipped");
   });
 
@@ -238,15 +243,8 @@ fallbacks: { openai: [openrouter] }
 fallbacks:
   openai: [{ provider: openrouter, model: { gpt-test: "openai/gpt-test" } }]
 `);
-    perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
-    perKey(f.upstream, "/api/v1/chat/completions", new Map());
-    const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: "Bearer dummy", "content-type": "application/json" },
-      body: '{"model":"gpt-test","messages":[]}',
-    });
-    expect(res.statusCode).toBe(200);
-    await res.body.text();
+    const r = await callExhausted(f, '{"model":"gpt-test","messages":[]}');
+    expect(r.status, r.text).toBe(200);
     const got = f.upstream.received.at(-1)!;
     expect(got.url).toBe("/api/v1/chat/completions");
     expect(JSON.parse(got.body.toString())).toEqual({ model: "openai/gpt-test", messages: [] });
