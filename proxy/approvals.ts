@@ -64,6 +64,8 @@ export interface ApprovalStore {
   grantedUntil(key: string, now: number): Promise<number | undefined>;
   publish(answer: Answer): Promise<void>;
   subscribe(listener: (answer: Answer) => void): void;
+  /** A shared store: requests other brokers hold, as they are held (for every broker's live views). */
+  watch?(listener: (change: ApprovalChange) => void): void;
 }
 
 /** One broker's store: everything in memory (pending requests end with the process anyway). */
@@ -165,6 +167,7 @@ export class Approvals {
     this.#store = opts.store ?? new MemoryApprovalStore();
     this.#onEvent = opts.onEvent;
     this.#store.subscribe((answer) => this.#answered(answer));
+    this.#store.watch?.((change) => this.#changed(change));
   }
 
   /** Follows the pending list as it changes (for live views); returns the unsubscribe. */
@@ -252,7 +255,11 @@ export class Approvals {
   /** An answer from the store: if this broker holds the request, it goes on or is refused. */
   #answered(answer: Answer): void {
     const waiter = this.#waiters.get(answer.held.id);
-    if (waiter === undefined) return;
+    if (waiter === undefined) {
+      // Another broker's request, answered (in a fleet): only the views change here.
+      this.#changed({ type: "answered", id: answer.held.id });
+      return;
+    }
     this.#waiters.delete(answer.held.id);
     clearTimeout(waiter.timer);
     this.#onEvent({

@@ -193,7 +193,10 @@ export class Broker implements AdminHost {
     });
     this.#refresher = this.#createRefresher();
     this.#setUpAuth(rt);
-    this.approvals = new Approvals({ onEvent: (e) => this.#onApprovalEvent(e) });
+    this.approvals = new Approvals({
+      onEvent: (e) => this.#onApprovalEvent(e),
+      ...(shared.approvals === undefined ? {} : { store: shared.approvals }),
+    });
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true, this.approvals);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     shared.attachPools(this.pools);

@@ -23,7 +23,8 @@ export function parseField(field: string): [string, string] | undefined {
 }
 
 export interface FleetMessage {
-  readonly t: "mark" | "reset" | "login" | "session";
+  /** `approval`: `m` is a message of the approval store (redis-approvals.ts). */
+  readonly t: "mark" | "reset" | "login" | "session" | "approval";
   readonly f?: string;
   readonly m?: string;
   readonly p?: string;

@@ -12,6 +12,7 @@ import { Redis } from "ioredis";
 import type { RedisStateConfig } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import type { PoolState, SharedMark } from "../pool.js";
+import { RedisApprovalStore } from "./redis-approvals.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
 import { RedisMcpStore } from "./redis-mcp-store.js";
 import { RedisSessionStore } from "./redis-sessions.js";
@@ -81,6 +82,7 @@ export class RedisState implements SharedState {
   readonly tokens: RedisTokenStore;
   readonly mcp: RedisMcpStore;
   readonly sessions: RedisSessionStore;
+  readonly approvals: RedisApprovalStore;
   readonly #config: RedisStateConfig;
   readonly #redis: Redis;
   readonly #sub: Redis;
@@ -132,6 +134,12 @@ export class RedisState implements SharedState {
     const onError = (err: Error) => this.#failed(err);
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
+    this.approvals = new RedisApprovalStore(this.#redis, {
+      prefix: p,
+      channel: this.#keys.channel,
+      self: this.#self,
+      onError,
+    });
     this.sessions = new RedisSessionStore(this.#redis, cipher, {
       prefix: p,
       channel: this.#keys.channel,
@@ -218,6 +226,7 @@ export class RedisState implements SharedState {
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#ping);
+    this.approvals.close();
     await this.#syncing?.catch(() => {});
     this.#redis.disconnect();
     this.#sub.disconnect();
@@ -278,6 +287,8 @@ export class RedisState implements SharedState {
       }
     } else if (msg.t === "session" && msg.f !== undefined) {
       this.sessions.forget(msg.f);
+    } else if (msg.t === "approval" && msg.m !== undefined) {
+      this.approvals.received(msg.m);
     }
   }
 
@@ -365,6 +376,7 @@ export class RedisState implements SharedState {
       for (const login of this.#held()) await this.tokens.republish(login);
     }
     await this.mcp.pull();
+    await this.approvals.resync(lostData);
     for (const field of await r.hkeys(this.#keys.logins)) {
       const key = parseField(field);
       if (key !== undefined) this.tokens.changed(key[0], key[1]);

@@ -3,8 +3,10 @@
 // One small interface, two places: the home folder (one broker, or several on one machine:
 // `state/pools.json` and `tokens/`), or a fleet's Redis. The request path never calls it: each
 // broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
-// Admin sessions are a further small store on the same client (absent: in the broker's memory).
+// Admin sessions and pending approvals are further small stores on the same client (absent: in
+// the broker's memory).
 import type { SessionStore } from "../../admin/sessions.js";
+import type { ApprovalStore } from "../../proxy/approvals.js";
 import type { Rules } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import { HomeMcpStore, type McpStore } from "../oauth/mcp-store.js";
@@ -28,6 +30,8 @@ export interface SharedState {
   readonly mcp: McpStore;
   /** Where admin page sessions live when brokers share them; undefined: this broker's memory. */
   readonly sessions?: SessionStore;
+  /** Where held requests wait (SPEC §16); unset: this broker's memory. */
+  readonly approvals?: ApprovalStore;
   /** Joins the broker's pool marks to the shared ones: marks made here go out, others come in. */
   attachPools(pools: PoolState): void;
   /** The logins the broker holds, to publish again to a store that lost them. */

@@ -1,0 +1,387 @@
+// Pending approvals in a fleet's Redis (SPEC §16, §17): the ApprovalStore of fleet mode, so any
+// broker's CLI or admin page answers a request another broker holds.
+//
+// - A held request is a key `<prefix>approval:<id>` (its JSON: the fields every view shows and a
+//   scrubbed preview, never a header) that expires a little after the request's own expiresAt,
+//   listed through the sorted set `<prefix>approvals` (by heldAt), pruned as it is read.
+// - `take` is one script on the server (GET and DEL): of approve, deny, timeout and withdraw
+//   across the fleet exactly one gets the request. The winner's answer is kept a minute as
+//   `<prefix>approval-answer:<id>` and published on the fleet's channel, so the holder wakes (and
+//   finds it even when it missed the message) and every broker's live views change.
+// - `--for` grants are the hash `<prefix>approval-grants` (extend-only). Each broker keeps a copy
+//   in memory, current from the channel and loaded whenever the connection (re)opens: the
+//   request path asks `grantedUntil` and never waits on Redis for it.
+//
+// Redis down or slow: a broker still holds and answers its own requests from memory (decision
+// 82). A request held meanwhile joins the fleet's list when Redis is back; one ended meanwhile
+// is removed from it.
+import type { Redis } from "ioredis";
+import type { Answer, ApprovalChange, ApprovalStore, HeldRequest } from "../../proxy/approvals.js";
+import type { FleetMessage } from "./redis-keys.js";
+
+/** A pending key outlives its request by this much, so the holder's own timeout still finds it. */
+const GRACE_MS = 10_000;
+/** How long an answer stays readable for a holder that missed its message. */
+const ANSWER_TTL_MS = 60_000;
+/** The holder waits this long for Redis to settle a timeout or a hang-up, then decides alone. */
+const TAKE_WAIT_MS = 1_000;
+/** A holder whose request another broker took waits this long for the answer, then times out. */
+const CHASE_MS = 3_000;
+const CHASE_EVERY_MS = 100;
+
+/** KEYS: pending key, index. ARGV: value, ttl ms, heldAt, id, channel, message. */
+const ADD_SCRIPT = `
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  return 1
+end
+return 0
+`;
+
+/**
+ * The one atomic step. KEYS: pending key, index. ARGV: id, now (0: the holder, who may take its
+ * own request at its expiry; others may not take an expired one).
+ */
+const TAKE_SCRIPT = `
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local now = tonumber(ARGV[2])
+if now > 0 and cjson.decode(v).expiresAt <= now then return false end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return v
+`;
+
+/** KEYS: index. ARGV: pending key prefix. Every pending request; ids whose key expired are dropped. */
+const LIST_SCRIPT = `
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local v = redis.call('GET', ARGV[1] .. id)
+  if v then table.insert(out, v) else redis.call('ZREM', KEYS[1], id) end
+end
+return out
+`;
+
+/** KEYS: answer key. ARGV: answer, ttl ms, channel, message. */
+const ANSWER_SCRIPT = `
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`;
+
+/** Extend-only. KEYS: grants hash. ARGV: grant key, until, channel, message. */
+const GRANT_SCRIPT = `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and tonumber(cur) >= tonumber(ARGV[2]) then return cur end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return ARGV[2]
+`;
+
+type Scripts = Record<string, (...args: string[]) => Promise<unknown>>;
+
+/** What brokers tell each other about approvals (the `m` of a fleet message of type `approval`). */
+type ApprovalMessage =
+  | { readonly k: "held"; readonly id: string }
+  | { readonly k: "answer"; readonly a: Answer }
+  | { readonly k: "grant"; readonly g: string; readonly u: number };
+
+/** A request this broker holds. */
+interface Own {
+  readonly held: HeldRequest;
+  /** In Redis: the fleet sees it, and Redis decides who takes it. */
+  shared: boolean;
+  /** Taken here; its answer is on its way. */
+  taken: boolean;
+}
+
+export interface RedisApprovalOptions {
+  readonly prefix: string;
+  readonly channel: string;
+  /** This broker's id in fleet messages. */
+  readonly self: string;
+  /** Every failure is also a health signal (the state goes degraded). */
+  readonly onError: (err: Error) => void;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
+
+export class RedisApprovalStore implements ApprovalStore {
+  readonly #redis: Redis;
+  readonly #opts: RedisApprovalOptions;
+  readonly #index: string;
+  readonly #grantsKey: string;
+  readonly #own = new Map<string, Own>();
+  /** Own requests shared, then ended here while Redis did not answer: removed once it does. */
+  readonly #ended = new Set<string>();
+  /** `--for` grants, the fleet's, as last heard. */
+  readonly #grants = new Map<string, number>();
+  readonly #listeners: ((answer: Answer) => void)[] = [];
+  readonly #watchers: ((change: ApprovalChange) => void)[] = [];
+  #closed = false;
+
+  constructor(redis: Redis, opts: RedisApprovalOptions) {
+    this.#redis = redis;
+    this.#opts = opts;
+    this.#index = `${opts.prefix}approvals`;
+    this.#grantsKey = `${opts.prefix}approval-grants`;
+    redis.defineCommand("kbApprovalAdd", { numberOfKeys: 2, lua: ADD_SCRIPT });
+    redis.defineCommand("kbApprovalTake", { numberOfKeys: 2, lua: TAKE_SCRIPT });
+    redis.defineCommand("kbApprovalList", { numberOfKeys: 1, lua: LIST_SCRIPT });
+    redis.defineCommand("kbApprovalAnswer", { numberOfKeys: 1, lua: ANSWER_SCRIPT });
+    redis.defineCommand("kbApprovalGrant", { numberOfKeys: 1, lua: GRANT_SCRIPT });
+  }
+
+  get #scripts(): Scripts {
+    return this.#redis as unknown as Scripts;
+  }
+
+  #key(id: string): string {
+    return `${this.#opts.prefix}approval:${id}`;
+  }
+
+  #answerKey(id: string): string {
+    return `${this.#opts.prefix}approval-answer:${id}`;
+  }
+
+  #message(m: ApprovalMessage): string {
+    const message: FleetMessage = { t: "approval", m: JSON.stringify(m), from: this.#opts.self };
+    return JSON.stringify(message);
+  }
+
+  #failed(err: unknown): void {
+    this.#opts.onError(err as Error);
+  }
+
+  async add(held: HeldRequest): Promise<void> {
+    const own: Own = { held, shared: false, taken: false };
+    this.#own.set(held.id, own);
+    await this.#share(own);
+  }
+
+  /** Puts an own request in Redis (NX: never over one that is there). */
+  async #share(own: Own): Promise<void> {
+    const { held } = own;
+    try {
+      await this.#scripts.kbApprovalAdd!(
+        this.#key(held.id),
+        this.#index,
+        JSON.stringify(held),
+        String(Math.max(1, held.expiresAt - Date.now()) + GRACE_MS),
+        String(held.heldAt),
+        held.id,
+        this.#opts.channel,
+        this.#message({ k: "held", id: held.id }),
+      );
+    } catch (err) {
+      this.#failed(err);
+      return;
+    }
+    // Ended here while it was on its way: it leaves the fleet's list again.
+    if (own.taken || this.#own.get(held.id) !== own) void this.#unshare(held.id);
+    else own.shared = true;
+  }
+
+  async #unshare(id: string): Promise<void> {
+    try {
+      await this.#redis.multi().del(this.#key(id)).zrem(this.#index, id).exec();
+      this.#ended.delete(id);
+    } catch (err) {
+      this.#ended.add(id);
+      this.#failed(err);
+    }
+  }
+
+  async list(): Promise<HeldRequest[]> {
+    const now = Date.now();
+    const out = new Map<string, HeldRequest>();
+    try {
+      const values = (await this.#scripts.kbApprovalList!(this.#index, this.#key(""))) as string[];
+      for (const v of values) {
+        const held = JSON.parse(v) as HeldRequest;
+        if (!this.#ended.has(held.id)) out.set(held.id, held);
+      }
+    } catch (err) {
+      // Degraded: this broker's own requests are all it can show.
+      this.#failed(err);
+    }
+    for (const own of this.#own.values()) {
+      if (own.taken) out.delete(own.held.id);
+      else out.set(own.held.id, own.held);
+    }
+    return [...out.values()].filter((h) => h.expiresAt > now);
+  }
+
+  async take(id: string): Promise<HeldRequest | undefined> {
+    const own = this.#own.get(id);
+    if (own !== undefined) return own.taken ? undefined : this.#takeOwn(own);
+    try {
+      const v = (await this.#scripts.kbApprovalTake!(this.#key(id), this.#index, id, String(Date.now()))) as
+        | string
+        | null;
+      return v === null ? undefined : (JSON.parse(v) as HeldRequest);
+    } catch (err) {
+      // Another broker's request cannot be answered without Redis: it is not pending here.
+      this.#failed(err);
+      return undefined;
+    }
+  }
+
+  /**
+   * The holder takes its own request (approved or denied here, timed out, withdrawn). Redis
+   * decides while it answers; when it does not (soon enough), the holder decides alone.
+   */
+  async #takeOwn(own: Own): Promise<HeldRequest | undefined> {
+    const { id } = own.held;
+    own.taken = true;
+    if (!own.shared) return own.held;
+    const taking = this.#scripts.kbApprovalTake!(this.#key(id), this.#index, id, "0") as Promise<
+      string | null
+    >;
+    const result = await Promise.race([
+      taking.then(
+        (v) => (v === null ? "lost" : "won"),
+        (err: unknown) => {
+          this.#failed(err);
+          return "unknown" as const;
+        },
+      ),
+      sleep(TAKE_WAIT_MS).then(() => "unknown" as const),
+    ]);
+    if (result === "won") return own.held;
+    if (result === "unknown") {
+      this.#ended.add(id);
+      return own.held;
+    }
+    // Another broker took it first: its answer comes by message, or is read from Redis.
+    void this.#chase(own);
+    return undefined;
+  }
+
+  /** Waits for the answer to an own request another broker took; a lost answer is a timeout. */
+  async #chase(own: Own): Promise<void> {
+    const { id } = own.held;
+    const deadline = Date.now() + CHASE_MS;
+    while (!this.#closed && this.#own.get(id) === own) {
+      const text = await this.#redis.get(this.#answerKey(id)).catch(() => null);
+      if (this.#own.get(id) !== own) return;
+      if (text !== null) {
+        this.#deliver(JSON.parse(text) as Answer);
+        return;
+      }
+      if (Date.now() >= deadline) {
+        this.#deliver({ held: own.held, outcome: "approval_timeout" });
+        return;
+      }
+      await sleep(CHASE_EVERY_MS);
+    }
+  }
+
+  async grant(key: string, until: number): Promise<void> {
+    this.#merge(key, until);
+    await this.#sendGrant(key, until);
+  }
+
+  async #sendGrant(key: string, until: number): Promise<void> {
+    try {
+      await this.#scripts.kbApprovalGrant!(
+        this.#grantsKey,
+        key,
+        String(until),
+        this.#opts.channel,
+        this.#message({ k: "grant", g: key, u: until }),
+      );
+    } catch (err) {
+      // Kept here; pushed when Redis answers again (resync).
+      this.#failed(err);
+    }
+  }
+
+  #merge(key: string, until: number): void {
+    if (until > (this.#grants.get(key) ?? 0)) this.#grants.set(key, until);
+  }
+
+  async grantedUntil(key: string, now: number): Promise<number | undefined> {
+    const until = this.#grants.get(key);
+    if (until === undefined) return undefined;
+    if (until > now) return until;
+    this.#grants.delete(key);
+    return undefined;
+  }
+
+  async publish(answer: Answer): Promise<void> {
+    this.#deliver(answer);
+    try {
+      const text = JSON.stringify(answer);
+      await this.#scripts.kbApprovalAnswer!(
+        this.#answerKey(answer.held.id),
+        text,
+        String(ANSWER_TTL_MS),
+        this.#opts.channel,
+        this.#message({ k: "answer", a: answer }),
+      );
+    } catch (err) {
+      this.#failed(err);
+    }
+  }
+
+  subscribe(listener: (answer: Answer) => void): void {
+    this.#listeners.push(listener);
+  }
+
+  watch(listener: (change: ApprovalChange) => void): void {
+    this.#watchers.push(listener);
+  }
+
+  #deliver(answer: Answer): void {
+    this.#own.delete(answer.held.id);
+    for (const listener of this.#listeners) listener(answer);
+  }
+
+  /** A fleet message of type `approval` from another broker. */
+  received(text: string): void {
+    let m: ApprovalMessage;
+    try {
+      m = JSON.parse(text) as ApprovalMessage;
+    } catch {
+      return;
+    }
+    if (m.k === "held" && typeof m.id === "string") {
+      for (const w of this.#watchers) w({ type: "held", id: m.id });
+    } else if (m.k === "answer" && m.a?.held !== undefined) {
+      this.#deliver(m.a);
+    } else if (m.k === "grant" && typeof m.g === "string" && typeof m.u === "number") {
+      this.#merge(m.g, m.u);
+    }
+  }
+
+  /**
+   * The connection (re)opened: grants merged both ways; requests ended here meanwhile leave the
+   * fleet's list, those held here meanwhile (or all, when Redis lost its data) join it; an own
+   * request that vanished was taken by another broker, whose answer is fetched.
+   */
+  async resync(lostData: boolean): Promise<void> {
+    const r = this.#redis;
+    const now = Date.now();
+    for (const [key, until] of this.#grants) if (until > now) await this.#sendGrant(key, until);
+    for (const [key, text] of Object.entries(await r.hgetall(this.#grantsKey))) {
+      const until = Number(text);
+      if (until > now) this.#merge(key, until);
+      else await r.hdel(this.#grantsKey, key);
+    }
+    for (const id of [...this.#ended]) await this.#unshare(id);
+    for (const own of [...this.#own.values()]) {
+      if (own.taken) continue;
+      if (!own.shared || lostData) await this.#share(own);
+      else if ((await r.exists(this.#key(own.held.id))) === 0) {
+        own.taken = true;
+        void this.#chase(own);
+      }
+    }
+  }
+
+  close(): void {
+    this.#closed = true;
+  }
+}

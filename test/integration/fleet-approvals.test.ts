@@ -1,0 +1,410 @@
+// Pending approvals shared on Redis (SPEC §16, §17): two brokers, each with its own home (the CA
+// and home key copied from the first), on one real redis-server. A request held by one broker
+// is listed and answered with the real `keybroker approvals|approve|deny` commands against the
+// other; of two brokers approving at once exactly one wins; `approve --for` on one lets the
+// next matching request on the other through unheld; Redis holds no secret; a broker whose
+// Redis is down still holds and answers its own requests, and shares them once Redis is back.
+import { cpSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminTokenPath } from "../../admin/api.js";
+import { loadOrCreateCa } from "../../certs/ca.js";
+import { homeKey } from "../../core/home.js";
+import {
+  type ApprovalChange,
+  type ApprovalRequest,
+  Approvals,
+  type ApprovalView,
+} from "../../proxy/approvals.js";
+import { RedisState } from "../../secrets/fleet/redis-state.js";
+import {
+  type BrokerProcess,
+  cliAsync,
+  findSecrets,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
+import { type RedisServer, startRedis } from "../helpers/redis.js";
+import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
+
+const PASSWORD = "redis-pw-approvals-4b8d2f6a1c";
+const KEY = "sk-fleet-approve-key-9a8b7c6d5e4f3a2b1c0d";
+const PREFIX = "kbappr:";
+const HOST = "api.held.test";
+
+let redis: RedisServer;
+let raw: Redis;
+let u: FakeUpstream;
+const homes: string[] = [];
+const brokers: BrokerProcess[] = [];
+const agents: ProxyAgent[] = [];
+let placeholder: string;
+/** What the upstream got, by path. */
+const hits = new Map<string, number>();
+
+async function until<T>(check: () => Promise<T | undefined | false>, what: string, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const adminToken = (i: number) => readFileSync(adminTokenPath(homes[i]!), "utf8").trim();
+
+/** The pending list of broker `i`'s admin API (what its admin page shows). */
+async function pending(i: number): Promise<ApprovalView[]> {
+  const res = await request(`${brokers[i]!.url}/__keybroker/admin/approvals`, {
+    headers: { authorization: `Bearer ${adminToken(i)}` },
+  });
+  expect(res.statusCode).toBe(200);
+  return ((await res.body.json()) as { approvals: ApprovalView[] }).approvals;
+}
+
+/** `keybroker <args> --home <broker i's home>`. */
+const kb = (i: number, ...args: string[]) => cliAsync([...args, "--home", homes[i]!]);
+
+interface Sent {
+  readonly status: number;
+  readonly code: string | undefined;
+  readonly text: string;
+}
+
+/** A POST through broker `i`, its body holding the real key (the preview must mask it). */
+function send(i: number, path: string): Promise<Sent> {
+  return request(`https://${HOST}${path}`, {
+    method: "POST",
+    dispatcher: agents[i]!,
+    headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
+    body: JSON.stringify({ note: "please", leaked: KEY }),
+  }).then(async (res) => ({
+    status: res.statusCode,
+    code: res.headers["x-keybroker-error"] as string | undefined,
+    text: await res.body.text(),
+  }));
+}
+
+/** Sends through broker `holder`; resolves once broker `viewer` lists it, with its id. */
+async function hold(holder: number, path: string, viewer: number) {
+  const before = new Set((await pending(viewer)).map((p) => p.id));
+  const done = send(holder, path);
+  const view = await until(
+    async () => (await pending(viewer)).find((p) => p.path === path && !before.has(p.id)),
+    `broker ${viewer + 1} listing the request held on broker ${holder + 1}`,
+  );
+  return { view, done };
+}
+
+/** Every key in Redis with every value (members and fields too). */
+async function redisDump(): Promise<Map<string, string[]>> {
+  const out = new Map<string, string[]>();
+  let cursor = "0";
+  do {
+    const [next, keys] = await raw.scan(cursor, "COUNT", 1000);
+    cursor = next;
+    for (const key of keys) {
+      const type = await raw.type(key);
+      out.set(
+        key,
+        type === "string"
+          ? [(await raw.get(key)) ?? ""]
+          : type === "hash"
+            ? Object.entries(await raw.hgetall(key)).flat()
+            : type === "zset"
+              ? await raw.zrange(key, "0", "-1")
+              : [`<${type}>`],
+      );
+    }
+  } while (cursor !== "0");
+  return out;
+}
+
+beforeAll(async () => {
+  redis = await startRedis({ password: PASSWORD });
+  raw = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
+  raw.on("error", () => {});
+  u = await startUpstream();
+  for (const path of ["/v1/hold", "/v1/race", "/v1/grant", "/v1/slow", "/v1/down"]) {
+    u.routes.set(`POST ${path}`, (_req, res) => {
+      hits.set(path, (hits.get(path) ?? 0) + 1);
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end('{"ok":true}');
+    });
+  }
+  const config = writeConfig(
+    tempHome(),
+    `version: 1
+state: { url: "${redis.url}", password: env:KB_REDIS_PASSWORD, prefix: "${PREFIX}" }
+upstream_ca: [${JSON.stringify(u.caPath)}]
+resolve:
+  "${HOST}:443": "127.0.0.1:${u.port}"
+catalogue: false
+approvals: { timeout: 20s }
+providers:
+  held:
+    hosts: [${HOST}]
+    inject: { header: authorization }
+    credentials: [HELD_KEY]
+    placeholder: { env: HELD_KEY_PLACEHOLDER }
+    policy:
+      - approve: { method: POST, path: "/v1/hold" }
+      - approve: { method: POST, path: "/v1/race" }
+      - approve: { method: POST, path: "/v1/grant" }
+      - approve: { method: POST, path: "/v1/slow", timeout: 1s }
+      - approve: { method: POST, path: "/v1/down", timeout: 8s }
+`,
+  );
+  const env = { HELD_KEY: KEY, KB_REDIS_PASSWORD: PASSWORD };
+  // As README "Running a fleet" says: the second broker gets a copy of the first's CA and key.
+  homes.push(tempHome(), tempHome());
+  loadOrCreateCa(homes[0]!);
+  homeKey(homes[0]!);
+  cpSync(join(homes[0]!, "ca"), join(homes[1]!, "ca"), { recursive: true });
+  cpSync(join(homes[0]!, "home.key"), join(homes[1]!, "home.key"));
+  brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
+  for (const b of brokers)
+    agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
+  const agent = await request(`${brokers[0]!.url}/__keybroker/admin/agent?client=default`, {
+    headers: { authorization: `Bearer ${adminToken(0)}` },
+  });
+  placeholder = ((await agent.body.json()) as { placeholders: Record<string, string> }).placeholders
+    .HELD_KEY_PLACEHOLDER!;
+}, 30_000);
+
+afterAll(async () => {
+  for (const a of agents) await a.close();
+  for (const b of brokers) await b.stop();
+  raw?.disconnect();
+  await redis?.stop();
+  await u?.close();
+  // Neither the key, the Redis password nor an admin token anywhere a broker or command wrote.
+  const tokens = homes.map((_, i) => adminToken(i));
+  expect(findSecrets([KEY, PASSWORD, ...tokens], homes, undefined, (f) => f.endsWith("admin.token"))).toEqual(
+    [],
+  );
+});
+
+/** A fleet state in this process (its own prefix: the brokers above never see it). */
+async function openState(): Promise<RedisState> {
+  return RedisState.open(
+    { kind: "redis", url: redis.url, password: "env:P", prefix: "kbunit:" },
+    {
+      home: homes[0]!,
+      homeKey: () => Buffer.alloc(32, 7),
+      resolve: async () => PASSWORD,
+      log: { warn: () => {}, info: () => {} },
+    },
+  );
+}
+
+const REQUEST: ApprovalRequest = {
+  client: "default",
+  provider: "held",
+  method: "POST",
+  host: HOST,
+  path: "/v1/x",
+  rule: 0,
+};
+
+describe("the approval store on Redis, in process", () => {
+  const states: RedisState[] = [];
+  const fleet: Approvals[] = [];
+  const changes: ApprovalChange[][] = [];
+  beforeAll(async () => {
+    for (let i = 0; i < 2; i++) {
+      const state = await openState();
+      const approvals = new Approvals({ onEvent: () => {}, store: state.approvals });
+      const seen: ApprovalChange[] = [];
+      approvals.onChange((c) => seen.push(c));
+      states.push(state);
+      fleet.push(approvals);
+      changes.push(seen);
+    }
+  });
+  afterAll(async () => {
+    for (const a of fleet) a.close();
+    for (const s of states) await s.close();
+  });
+
+  /** Holds a request on A; resolves once B's live view was told. */
+  async function holdOnA() {
+    const before = changes[1]!.length;
+    const answer = fleet[0]!.hold(REQUEST, "", 20_000, new AbortController().signal);
+    const change = await until(
+      async () => changes[1]!.slice(before).find((c) => c.type === "held"),
+      "B told",
+    );
+    return { id: change.id, answer };
+  }
+
+  it("every broker's live view hears of a request held and answered elsewhere", async () => {
+    const { id, answer } = await holdOnA();
+    expect((await fleet[1]!.list()).map((v) => v.id)).toEqual([id]);
+    expect(await fleet[1]!.deny(id, "admin token")).toMatchObject({ id });
+    expect(await answer).toMatchObject({ outcome: "denied", by: "admin token" });
+    // B answered it: its view changes as it does; A's, the holder's, as its request ends.
+    expect(changes[1]!.filter((c) => c.id === id).map((c) => c.type)).toEqual(["held", "answered"]);
+    expect(changes[0]!.filter((c) => c.id === id).map((c) => c.type)).toEqual(["held", "answered"]);
+    expect(await fleet[0]!.list()).toEqual([]);
+  });
+
+  it("a holder that lost the take learns the winner's answer; an answer that never comes is a timeout", async () => {
+    const won = await holdOnA();
+    // B takes it first (as the atomic step of an approve); A's own approve then finds nothing.
+    const held = await states[1]!.approvals.take(won.id);
+    expect(held?.id).toBe(won.id);
+    expect(await fleet[0]!.approve(won.id, "client a")).toBeUndefined();
+    await states[1]!.approvals.publish({ held: held!, outcome: "approved", by: "client b" });
+    expect(await won.answer).toMatchObject({ outcome: "approved", by: "client b" });
+    // Taken, and the taker died before it answered: the holder refuses it (never lets it through).
+    const lost = await holdOnA();
+    expect(await states[1]!.approvals.take(lost.id)).toBeDefined();
+    expect(await fleet[0]!.approve(lost.id, "client a")).toBeUndefined();
+    expect(await lost.answer).toMatchObject({ outcome: "approval_timeout" });
+  });
+
+  it("--for grants reach every broker's copy, and a broker that connects later loads them", async () => {
+    const { id, answer } = await holdOnA();
+    await fleet[1]!.approve(id, "admin token", 60_000);
+    expect((await answer).outcome).toBe("approved");
+    // The grant message came before the answer on the one channel: A's copy has it.
+    expect(await fleet[0]!.covered(REQUEST)).toBe(true);
+    expect(await fleet[0]!.covered({ ...REQUEST, rule: 1 })).toBe(false);
+    const late = await openState();
+    try {
+      expect(
+        await late.approvals.grantedUntil(["default", "held", "0"].join("\0"), Date.now()),
+      ).toBeGreaterThan(Date.now());
+    } finally {
+      await late.close();
+    }
+  });
+});
+
+describe("approvals shared by two brokers on one Redis", () => {
+  it("a request held on broker 1 is listed by `approvals --json` on broker 2 and approved there: the client gets the upstream's 200", async () => {
+    const { view, done } = await hold(0, "/v1/hold", 1);
+    const listed = await kb(1, "approvals", "--json");
+    expect(listed.status, listed.stderr).toBe(0);
+    const list = JSON.parse(listed.stdout) as ApprovalView[];
+    expect(list.find((a) => a.id === view.id)).toMatchObject({
+      client: "default",
+      provider: "held",
+      method: "POST",
+      host: HOST,
+      path: "/v1/hold",
+    });
+    expect(view.seconds_left).toBeGreaterThan(0);
+    expect(view.preview).toContain("please");
+    expect(view.preview).not.toContain(KEY);
+    expect(hits.get("/v1/hold")).toBeUndefined();
+
+    // The held request is in Redis, and nothing there is a secret: not the key (the preview
+    // masked it), the placeholder, the Redis password nor an admin token.
+    const dump = await redisDump();
+    const pendingKey = [...dump.keys()].find(
+      (k) => k.startsWith(PREFIX) && dump.get(k)!.join().includes(view.id),
+    );
+    expect(pendingKey).toBeDefined();
+    const secrets = [KEY, placeholder, PASSWORD, adminToken(0), adminToken(1)];
+    for (const [key, values] of dump)
+      for (const v of values)
+        for (const s of secrets) expect(v.includes(s), `${key} holds ${s.slice(0, 6)}…`).toBe(false);
+
+    const approve = await kb(1, "approve", view.id);
+    expect(approve.status, approve.stderr).toBe(0);
+    expect(approve.stdout).toContain(`approved ${view.id}`);
+    const r = await done;
+    expect(r.status, r.text).toBe(200);
+    expect(r.text).toBe('{"ok":true}');
+    expect(hits.get("/v1/hold")).toBe(1);
+    // Answered: gone from both brokers' lists, and its answer in Redis holds no secret either.
+    expect(await pending(0)).toEqual([]);
+    expect(await pending(1)).toEqual([]);
+    for (const values of (await redisDump()).values())
+      for (const v of values) for (const s of secrets) expect(v).not.toContain(s);
+  });
+
+  it("deny on broker 2: the client on broker 1 gets 403 policy_denied and nothing goes upstream", async () => {
+    const before = hits.get("/v1/hold");
+    const { view, done } = await hold(0, "/v1/hold", 1);
+    const deny = await kb(1, "deny", view.id);
+    expect(deny.status, deny.stderr).toBe(0);
+    const r = await done;
+    expect(r.status).toBe(403);
+    expect(r.code).toBe("policy_denied");
+    expect(r.text).toContain(view.id);
+    expect(hits.get("/v1/hold")).toBe(before);
+  });
+
+  it("two approves at once, one from each broker: exactly one succeeds, and the request goes out once", async () => {
+    const { view, done } = await hold(1, "/v1/race", 0);
+    // Both brokers list it before the race.
+    expect((await pending(1)).map((p) => p.id)).toContain(view.id);
+    const answers = await Promise.all([kb(0, "approve", view.id), kb(1, "approve", view.id)]);
+    expect(answers.map((a) => a.status).sort()).toEqual([0, 1]);
+    const loser = answers.find((a) => a.status === 1)!;
+    expect(loser.stderr).toContain(`no pending approval "${view.id}"`);
+    const r = await done;
+    expect(r.status, r.text).toBe(200);
+    expect(hits.get("/v1/race")).toBe(1);
+  });
+
+  it("approve --for on broker 2 lets the next matching request on broker 1 through unheld", async () => {
+    const { view, done } = await hold(0, "/v1/grant", 1);
+    const approve = await kb(1, "approve", view.id, "--for", "10m");
+    expect(approve.status, approve.stderr).toBe(0);
+    expect((await done).status).toBe(200);
+    // The next one passes at once: never listed anywhere, straight to the upstream.
+    const next = await send(0, "/v1/grant");
+    expect(next.status, next.text).toBe(200);
+    expect(hits.get("/v1/grant")).toBe(2);
+    expect(brokers[0]!.stderr()).toContain("an earlier approve --for");
+  });
+
+  it("unanswered: 403 approval_timeout from the holder, after which no broker lists or answers it", async () => {
+    const { view, done } = await hold(0, "/v1/slow", 1);
+    expect(view.seconds_left).toBeLessThanOrEqual(1);
+    const r = await done;
+    expect(r.status).toBe(403);
+    expect(r.code).toBe("approval_timeout");
+    expect((await pending(1)).map((p) => p.id)).not.toContain(view.id);
+    const late = await kb(1, "approve", view.id);
+    expect(late.status).toBe(1);
+    expect(late.stderr).toContain(`no pending approval "${view.id}"`);
+    expect(hits.get("/v1/slow")).toBeUndefined();
+  });
+
+  it("Redis down: the holder still times out its own request; one held meanwhile is shared once Redis is back (empty)", async () => {
+    await redis.stop();
+    // Held while Redis is down: only broker 1 knows it, and it still refuses it on time.
+    const alone = send(0, "/v1/slow");
+    await until(async () => (await pending(0)).find((p) => p.path === "/v1/slow"), "broker 1 holding");
+    expect(await pending(1)).toEqual([]);
+    const refused = await alone;
+    expect(refused.status).toBe(403);
+    expect(refused.code).toBe("approval_timeout");
+    // Another one held while Redis is down, then Redis comes back empty: broker 2 sees it and
+    // answers it.
+    const second = send(0, "/v1/down");
+    const waiting = await until(
+      async () => (await pending(0)).find((p) => p.path === "/v1/down"),
+      "broker 1 holding the second",
+    );
+    await redis.restart();
+    await until(
+      async () => (await pending(1)).some((p) => p.id === waiting.id),
+      "broker 2 listing the request held while Redis was down",
+    );
+    const approve = await kb(1, "approve", waiting.id);
+    expect(approve.status, approve.stderr).toBe(0);
+    const r = await second;
+    expect(r.status, r.text).toBe(200);
+    expect(hits.get("/v1/down")).toBe(1);
+  });
+});
