@@ -235,7 +235,11 @@ export class RedisApprovalStore implements ApprovalStore {
   async #takeOwn(own: Own): Promise<HeldRequest | undefined> {
     const { id } = own.held;
     own.taken = true;
-    if (!own.shared) return own.held;
+    if (!own.shared) {
+      // Its add may still land (a stalled Redis runs it late): removed at the next resync.
+      this.#ended.add(id);
+      return own.held;
+    }
     const taking = this.#scripts.kbApprovalTake!(this.#key(id), this.#index, id, "0") as Promise<
       string | null
     >;

@@ -4,6 +4,7 @@
 // other; of two brokers approving at once exactly one wins; `approve --for` on one lets the
 // next matching request on the other through unheld; Redis holds no secret; a broker whose
 // Redis is down still holds and answers its own requests, and shares them once Redis is back.
+import { once } from "node:events";
 import { cpSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
@@ -18,6 +19,7 @@ import {
   Approvals,
   type ApprovalView,
 } from "../../proxy/approvals.js";
+import { RedisApprovalStore } from "../../secrets/fleet/redis-approvals.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import {
   type BrokerProcess,
@@ -76,9 +78,10 @@ interface Sent {
 }
 
 /** A POST through broker `i`, its body holding the real key (the preview must mask it). */
-function send(i: number, path: string): Promise<Sent> {
+function send(i: number, path: string, signal?: AbortSignal): Promise<Sent> {
   return request(`https://${HOST}${path}`, {
     method: "POST",
+    ...(signal === undefined ? {} : { signal }),
     dispatcher: agents[i]!,
     headers: { authorization: `Bearer ${placeholder}`, "content-type": "application/json" },
     body: JSON.stringify({ note: "please", leaked: KEY }),
@@ -90,9 +93,9 @@ function send(i: number, path: string): Promise<Sent> {
 }
 
 /** Sends through broker `holder`; resolves once broker `viewer` lists it, with its id. */
-async function hold(holder: number, path: string, viewer: number) {
+async function hold(holder: number, path: string, viewer: number, signal?: AbortSignal) {
   const before = new Set((await pending(viewer)).map((p) => p.id));
-  const done = send(holder, path);
+  const done = send(holder, path, signal);
   const view = await until(
     async () => (await pending(viewer)).find((p) => p.path === path && !before.has(p.id)),
     `broker ${viewer + 1} listing the request held on broker ${holder + 1}`,
@@ -156,7 +159,7 @@ providers:
       - approve: { method: POST, path: "/v1/race" }
       - approve: { method: POST, path: "/v1/grant" }
       - approve: { method: POST, path: "/v1/slow", timeout: 1s }
-      - approve: { method: POST, path: "/v1/down", timeout: 8s }
+      - approve: { method: POST, path: "/v1/down", timeout: 12s }
 `,
   );
   const env = { HELD_KEY: KEY, KB_REDIS_PASSWORD: PASSWORD };
@@ -284,6 +287,54 @@ describe("the approval store on Redis, in process", () => {
       await late.close();
     }
   });
+
+  it("requests ended while Redis was unreachable leave the fleet's list, those held meanwhile join it, when it answers again", async () => {
+    const client = new Redis(redis.url, {
+      password: PASSWORD,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      lazyConnect: true,
+    });
+    client.on("error", () => {});
+    await client.connect();
+    const errors: Error[] = [];
+    const store = new RedisApprovalStore(client, {
+      prefix: "kbalone:",
+      channel: "kbalone:events",
+      self: "alone",
+      onError: (err) => errors.push(err),
+    });
+    const approvals = new Approvals({ onEvent: () => {}, store });
+    const keys = () => raw.keys("kbalone:approval:*");
+    try {
+      const hangUp = new AbortController();
+      const first = approvals.hold(REQUEST, "", 20_000, hangUp.signal);
+      const [key] = await until(
+        async () => ((await keys()).length === 1 ? keys() : undefined),
+        "the request in Redis",
+      );
+      client.disconnect();
+      await once(client, "end");
+      hangUp.abort();
+      expect((await first).outcome).toBe("withdrawn");
+      expect(errors.length).toBeGreaterThan(0);
+      expect(await raw.exists(key!)).toBe(1);
+      const second = approvals.hold(REQUEST, "", 20_000, new AbortController().signal);
+      const [pendingHere] = await until(async () => {
+        const list = await approvals.list();
+        return list.length === 1 ? list : undefined;
+      }, "the second held from memory");
+      await client.connect();
+      await store.resync(false);
+      expect(await raw.exists(key!)).toBe(0);
+      expect(await keys()).toEqual([`kbalone:approval:${pendingHere!.id}`]);
+      await approvals.deny(pendingHere!.id, "admin token");
+      expect((await second).outcome).toBe("denied");
+    } finally {
+      approvals.close();
+      client.disconnect();
+    }
+  });
 });
 
 describe("approvals shared by two brokers on one Redis", () => {
@@ -380,31 +431,55 @@ describe("approvals shared by two brokers on one Redis", () => {
     expect(hits.get("/v1/slow")).toBeUndefined();
   });
 
-  it("Redis down: the holder still times out its own request; one held meanwhile is shared once Redis is back (empty)", async () => {
-    await redis.stop();
-    // Held while Redis is down: only broker 1 knows it, and it still refuses it on time.
-    const alone = send(0, "/v1/slow");
-    await until(async () => (await pending(0)).find((p) => p.path === "/v1/slow"), "broker 1 holding");
-    expect(await pending(1)).toEqual([]);
-    const refused = await alone;
-    expect(refused.status).toBe(403);
-    expect(refused.code).toBe("approval_timeout");
-    // Another one held while Redis is down, then Redis comes back empty: broker 2 sees it and
-    // answers it.
-    const second = send(0, "/v1/down");
-    const waiting = await until(
-      async () => (await pending(0)).find((p) => p.path === "/v1/down"),
-      "broker 1 holding the second",
-    );
-    await redis.restart();
-    await until(
-      async () => (await pending(1)).some((p) => p.id === waiting.id),
-      "broker 2 listing the request held while Redis was down",
-    );
+  it("Redis stalled: the holder refuses on time and withdraws alone; once Redis answers, the fleet sees what it holds and not what ended", async () => {
+    const hangUp = new AbortController();
+    const first = await hold(0, "/v1/down", 1, hangUp.signal);
+    const firstDone = first.done.catch(() => "hung up");
+    const recoveries = () => brokers[0]!.stderr().split("is reachable again").length;
+    const before = recoveries();
+    process.kill(redis.pid!, "SIGSTOP");
+    let second: Promise<Sent>;
+    let waiting: ApprovalView;
+    try {
+      // Held now: refused on time all the same (its timeout is 1 s, Redis's command timeout 2 s).
+      const refused = await send(0, "/v1/slow");
+      expect(refused.status).toBe(403);
+      expect(refused.code).toBe("approval_timeout");
+      // The first one's client hangs up: the holder withdraws it without Redis.
+      hangUp.abort();
+      expect(await firstDone).toBe("hung up");
+      // One more held while Redis does not answer: broker 1 holds it from memory.
+      second = send(0, "/v1/down");
+      waiting = await until(
+        async () => (await pending(0)).find((p) => p.path === "/v1/down"),
+        "broker 1 holding the second",
+      );
+    } finally {
+      process.kill(redis.pid!, "SIGCONT");
+    }
+    await until(async () => recoveries() > before, "broker 1 merging with Redis again");
+    const list = (await pending(1)).map((p) => p.id);
+    expect(list).toContain(waiting.id);
+    expect(list).not.toContain(first.view.id);
     const approve = await kb(1, "approve", waiting.id);
     expect(approve.status, approve.stderr).toBe(0);
     const r = await second;
     expect(r.status, r.text).toBe(200);
     expect(hits.get("/v1/down")).toBe(1);
+    expect(hits.get("/v1/slow")).toBeUndefined();
+  });
+
+  it("Redis restarted empty: the holder publishes its pending request again, and another broker answers it", async () => {
+    const held = await hold(0, "/v1/down", 1);
+    await redis.restart();
+    await until(
+      async () => (await pending(1)).some((p) => p.id === held.view.id),
+      "broker 2 listing the request again",
+    );
+    const approve = await kb(1, "approve", held.view.id);
+    expect(approve.status, approve.stderr).toBe(0);
+    const r = await held.done;
+    expect(r.status, r.text).toBe(200);
+    expect(hits.get("/v1/down")).toBe(2);
   });
 });
