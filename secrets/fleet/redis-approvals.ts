@@ -94,6 +94,10 @@ interface Own {
   shared: boolean;
   /** Taken here; its answer is on its way. */
   taken: boolean;
+  /** Its add, while on its way to Redis. */
+  adding?: Promise<void>;
+  /** Ended here without Redis deciding: it must not stay in the fleet's list. */
+  local?: boolean;
 }
 
 export interface RedisApprovalOptions {
@@ -154,10 +158,11 @@ export class RedisApprovalStore implements ApprovalStore {
     this.#opts.onError(err as Error);
   }
 
+  /** Held from now on, here; the fleet sees it once Redis has it (the hold never waits on Redis). */
   async add(held: HeldRequest): Promise<void> {
     const own: Own = { held, shared: false, taken: false };
     this.#own.set(held.id, own);
-    await this.#share(own);
+    own.adding = this.#share(own);
   }
 
   /** Puts an own request in Redis (NX: never over one that is there). */
@@ -178,9 +183,10 @@ export class RedisApprovalStore implements ApprovalStore {
       this.#failed(err);
       return;
     }
-    // Ended here while it was on its way: it leaves the fleet's list again.
-    if (own.taken || this.#own.get(held.id) !== own) void this.#unshare(held.id);
-    else own.shared = true;
+    own.adding = undefined;
+    own.shared = true;
+    // Ended here while its add was on its way (a slow Redis): it leaves the list again.
+    if (own.local) await this.#unshare(held.id);
   }
 
   async #unshare(id: string): Promise<void> {
@@ -235,8 +241,12 @@ export class RedisApprovalStore implements ApprovalStore {
   async #takeOwn(own: Own): Promise<HeldRequest | undefined> {
     const { id } = own.held;
     own.taken = true;
+    const deadline = Date.now() + TAKE_WAIT_MS;
+    // An add on its way may land first: then Redis decides (another broker may have taken it).
+    if (!own.shared && own.adding !== undefined) await Promise.race([own.adding, sleep(TAKE_WAIT_MS)]);
     if (!own.shared) {
-      // Its add may still land (a stalled Redis runs it late): removed at the next resync.
+      // Its add may still land (a stalled Redis runs it late): removed then, or at the next resync.
+      own.local = true;
       this.#ended.add(id);
       return own.held;
     }
@@ -251,10 +261,11 @@ export class RedisApprovalStore implements ApprovalStore {
           return "unknown" as const;
         },
       ),
-      sleep(TAKE_WAIT_MS).then(() => "unknown" as const),
+      sleep(Math.max(0, deadline - Date.now())).then(() => "unknown" as const),
     ]);
     if (result === "won") return own.held;
     if (result === "unknown") {
+      own.local = true;
       this.#ended.add(id);
       return own.held;
     }
