@@ -68,6 +68,15 @@ export interface ApprovalStore {
   watch?(listener: (change: ApprovalChange) => void): void;
 }
 
+/** A grant still in force in `grants` (until, epoch ms); one that ran out is dropped. */
+export function grantIn(grants: Map<string, number>, key: string, now: number): number | undefined {
+  const until = grants.get(key);
+  if (until === undefined) return undefined;
+  if (until > now) return until;
+  grants.delete(key);
+  return undefined;
+}
+
 /** One broker's store: everything in memory (pending requests end with the process anyway). */
 export class MemoryApprovalStore implements ApprovalStore {
   readonly #pending = new Map<string, HeldRequest>();
@@ -93,11 +102,7 @@ export class MemoryApprovalStore implements ApprovalStore {
   }
 
   async grantedUntil(key: string, now: number): Promise<number | undefined> {
-    const until = this.#grants.get(key);
-    if (until === undefined) return undefined;
-    if (until > now) return until;
-    this.#grants.delete(key);
-    return undefined;
+    return grantIn(this.#grants, key, now);
   }
 
   async publish(answer: Answer): Promise<void> {

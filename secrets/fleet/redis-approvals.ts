@@ -16,7 +16,13 @@
 // 82). A request held meanwhile joins the fleet's list when Redis is back; one ended meanwhile
 // is removed from it.
 import type { Redis } from "ioredis";
-import type { Answer, ApprovalChange, ApprovalStore, HeldRequest } from "../../proxy/approvals.js";
+import {
+  type Answer,
+  type ApprovalChange,
+  type ApprovalStore,
+  grantIn,
+  type HeldRequest,
+} from "../../proxy/approvals.js";
 import type { FleetMessage } from "./redis-keys.js";
 
 /** A pending key outlives its request by this much, so the holder's own timeout still finds it. */
@@ -318,11 +324,7 @@ export class RedisApprovalStore implements ApprovalStore {
   }
 
   async grantedUntil(key: string, now: number): Promise<number | undefined> {
-    const until = this.#grants.get(key);
-    if (until === undefined) return undefined;
-    if (until > now) return until;
-    this.#grants.delete(key);
-    return undefined;
+    return grantIn(this.#grants, key, now);
   }
 
   async publish(answer: Answer): Promise<void> {

@@ -130,7 +130,9 @@ export async function redisLeaks(raw: Redis, secrets: readonly string[]): Promis
           ? [(await raw.get(key)) ?? ""]
           : type === "hash"
             ? Object.entries(await raw.hgetall(key)).flat()
-            : [`<${type}>`];
+            : type === "zset"
+              ? await raw.zrange(key, "0", "-1")
+              : [`<${type}>`];
       for (const v of values) {
         for (const s of secrets) {
           if (v.includes(s) || v.includes(Buffer.from(s).toString("base64")))

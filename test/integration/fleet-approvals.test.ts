@@ -5,14 +5,12 @@
 // next matching request on the other through unheld; Redis holds no secret; a broker whose
 // Redis is down still holds and answers its own requests, and shares them once Redis is back.
 import { once } from "node:events";
-import { cpSync, existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import { loadOrCreateCa } from "../../certs/ca.js";
-import { homeKey } from "../../core/home.js";
 import {
   type ApprovalChange,
   type ApprovalRequest,
@@ -20,7 +18,7 @@ import {
   type ApprovalView,
 } from "../../proxy/approvals.js";
 import { RedisApprovalStore } from "../../secrets/fleet/redis-approvals.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
+import type { RedisState } from "../../secrets/fleet/redis-state.js";
 import {
   type BrokerProcess,
   cliAsync,
@@ -29,7 +27,8 @@ import {
   tempHome,
   writeConfig,
 } from "../helpers/broker.js";
-import { type RedisServer, startRedis } from "../helpers/redis.js";
+import { openFleetState, until } from "../helpers/fleet.js";
+import { fleetHomes, type RedisServer, redisLeaks, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const PASSWORD = "redis-pw-approvals-4b8d2f6a1c";
@@ -46,16 +45,6 @@ const agents: ProxyAgent[] = [];
 let placeholder: string;
 /** What the upstream got, by path. */
 const hits = new Map<string, number>();
-
-async function until<T>(check: () => Promise<T | undefined | false>, what: string, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 const adminToken = (i: number) => readFileSync(adminTokenPath(homes[i]!), "utf8").trim();
 
@@ -119,30 +108,6 @@ async function hold(holder: number, path: string, viewer: number, signal?: Abort
   return { view, done };
 }
 
-/** Every key in Redis with every value (members and fields too). */
-async function redisDump(): Promise<Map<string, string[]>> {
-  const out = new Map<string, string[]>();
-  let cursor = "0";
-  do {
-    const [next, keys] = await raw.scan(cursor, "COUNT", 1000);
-    cursor = next;
-    for (const key of keys) {
-      const type = await raw.type(key);
-      out.set(
-        key,
-        type === "string"
-          ? [(await raw.get(key)) ?? ""]
-          : type === "hash"
-            ? Object.entries(await raw.hgetall(key)).flat()
-            : type === "zset"
-              ? await raw.zrange(key, "0", "-1")
-              : [`<${type}>`],
-      );
-    }
-  } while (cursor !== "0");
-  return out;
-}
-
 beforeAll(async () => {
   redis = await startRedis({ password: PASSWORD });
   raw = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
@@ -180,11 +145,7 @@ providers:
   );
   const env = { HELD_KEY: KEY, KB_REDIS_PASSWORD: PASSWORD };
   // As README "Running a fleet" says: the second broker gets a copy of the first's CA and key.
-  homes.push(tempHome(), tempHome());
-  loadOrCreateCa(homes[0]!);
-  homeKey(homes[0]!);
-  cpSync(join(homes[0]!, "ca"), join(homes[1]!, "ca"), { recursive: true });
-  cpSync(join(homes[0]!, "home.key"), join(homes[1]!, "home.key"));
+  homes.push(...fleetHomes(2));
   brokers.push(...(await Promise.all(homes.map((home) => startBroker({ home, config, env })))));
   for (const b of brokers)
     agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
@@ -210,15 +171,7 @@ afterAll(async () => {
 
 /** A fleet state in this process (its own prefix: the brokers above never see it). */
 async function openState(): Promise<RedisState> {
-  return RedisState.open(
-    { kind: "redis", url: redis.url, password: "env:P", prefix: "kbunit:" },
-    {
-      home: homes[0]!,
-      homeKey: () => Buffer.alloc(32, 7),
-      resolve: async () => PASSWORD,
-      log: { warn: () => {}, info: () => {} },
-    },
-  );
+  return openFleetState(redis.url, PASSWORD, "kbunit:", homes[0]!, () => Buffer.alloc(32, 7));
 }
 
 const REQUEST: ApprovalRequest = {
@@ -373,15 +326,10 @@ describe("approvals shared by two brokers on one Redis", () => {
 
     // The held request is in Redis, and nothing there is a secret: not the key (the preview
     // masked it), the placeholder, the Redis password nor an admin token.
-    const dump = await redisDump();
-    const pendingKey = [...dump.keys()].find(
-      (k) => k.startsWith(PREFIX) && dump.get(k)!.join().includes(view.id),
-    );
-    expect(pendingKey).toBeDefined();
+    expect(await raw.get(`${PREFIX}approval:${view.id}`)).toContain('"preview"');
+    expect(await raw.zrange(`${PREFIX}approvals`, "0", "-1")).toContain(view.id);
     const secrets = [KEY, placeholder, PASSWORD, adminToken(0), adminToken(1)];
-    for (const [key, values] of dump)
-      for (const v of values)
-        for (const s of secrets) expect(v.includes(s), `${key} holds ${s.slice(0, 6)}…`).toBe(false);
+    expect(await redisLeaks(raw, secrets)).toEqual([]);
 
     const approve = await kb(1, "approve", view.id);
     expect(approve.status, approve.stderr).toBe(0);
@@ -393,8 +341,8 @@ describe("approvals shared by two brokers on one Redis", () => {
     // Answered: gone from both brokers' lists, and its answer in Redis holds no secret either.
     expect(await pending(0)).toEqual([]);
     expect(await pending(1)).toEqual([]);
-    for (const values of (await redisDump()).values())
-      for (const v of values) for (const s of secrets) expect(v).not.toContain(s);
+    expect(await raw.get(`${PREFIX}approval-answer:${view.id}`)).toContain('"approved"');
+    expect(await redisLeaks(raw, secrets)).toEqual([]);
   });
 
   it("deny on broker 2: the client on broker 1 gets 403 policy_denied and nothing goes upstream", async () => {

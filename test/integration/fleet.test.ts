@@ -12,7 +12,7 @@ import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
 import { formatStatus, type StatusReport } from "../../proxy/status.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
+import type { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import {
   type BrokerProcess,
@@ -29,6 +29,7 @@ import {
   serveChat,
   storedLogin,
 } from "../helpers/fake-oauth.js";
+import { openFleetState, until } from "../helpers/fleet.js";
 import { fleetHomes, redisLeaks as leaksIn, type RedisServer, startRedis } from "../helpers/redis.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
@@ -53,16 +54,6 @@ let vars: Record<string, string>;
 /** Which pool keys the upstream answers 429 for, and how often each was used. */
 const exhausted = new Set<string>();
 const hits = new Map<string, number>();
-
-async function until<T>(check: () => Promise<T | undefined | false>, what: string, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A broker's admin API, which `status --json` and `env` read. */
 async function admin<T>(i: number, action: string): Promise<T> {
@@ -171,14 +162,8 @@ providers:
     agents.push(new ProxyAgent({ uri: b.url, requestTls: { ca: readFileSync(b.caPath, "utf8") } }));
   // The third broker's placeholders serve on all three: the copied home key makes them agree.
   vars = (await admin<{ placeholders: Record<string, string> }>(2, "agent?client=default")).placeholders;
-  state = await RedisState.open(
-    { kind: "redis", url: redis.url, password: "env:P", prefix: PREFIX },
-    {
-      home: homes[0]!,
-      homeKey: () => Buffer.from(readFileSync(join(homes[0]!, "home.key"), "utf8").trim(), "base64"),
-      resolve: async () => PASSWORD,
-      log: { warn: () => {}, info: () => {} },
-    },
+  state = await openFleetState(redis.url, PASSWORD, PREFIX, homes[0]!, () =>
+    Buffer.from(readFileSync(join(homes[0]!, "home.key"), "utf8").trim(), "base64"),
   );
 }, 60_000);
 
