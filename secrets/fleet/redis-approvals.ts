@@ -398,7 +398,13 @@ export class RedisApprovalStore implements ApprovalStore {
     }
   }
 
-  close(): void {
+  /** The broker stops: what it held leaves the fleet's list (best effort, 1 s at most). */
+  async close(): Promise<void> {
     this.#closed = true;
+    const ids = [...this.#own.keys(), ...this.#ended];
+    if (ids.length === 0) return;
+    const removing = this.#redis.multi();
+    for (const id of ids) removing.del(this.#key(id)).zrem(this.#index, id);
+    await Promise.race([removing.exec().catch(() => {}), sleep(TAKE_WAIT_MS)]);
   }
 }

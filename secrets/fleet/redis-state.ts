@@ -226,7 +226,7 @@ export class RedisState implements SharedState {
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#ping);
-    this.approvals.close();
+    await this.approvals.close();
     await this.#syncing?.catch(() => {});
     this.#redis.disconnect();
     this.#sub.disconnect();

@@ -304,6 +304,18 @@ describe("the approval store on Redis, in process", () => {
       client.disconnect();
     }
   });
+
+  it("a broker that stops takes what it held off the fleet's list", async () => {
+    const state = await openState();
+    const approvals = new Approvals({ onEvent: () => {}, store: state.approvals });
+    const answer = approvals.hold(REQUEST, "", 20_000, new AbortController().signal);
+    const { id } = await until(async () => (await fleet[1]!.list())[0], "B listing it");
+    approvals.close();
+    await state.close();
+    expect(await raw.exists(`kbunit:approval:${id}`)).toBe(0);
+    expect(await fleet[1]!.list()).toEqual([]);
+    void answer; // never answered: its broker stopped
+  });
 });
 
 describe("approvals shared by two brokers on one Redis", () => {
