@@ -67,6 +67,8 @@ export class Refresher {
   readonly #inflight = new Map<string, Promise<LoginEntry | undefined>>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
   readonly #clientFailures = new Map<string, { at: number; error: RefreshFailed }>();
+  /** MCP logins already reported as having no binding to refresh with. */
+  readonly #unbound = new Set<string>();
   #closed = false;
 
   constructor(opts: RefresherOptions) {
@@ -127,7 +129,18 @@ export class Refresher {
   async #refresh(provider: string, id: string, stale: string): Promise<LoginEntry | undefined> {
     const { logins } = this.#opts;
     const client = (await this.#opts.loginClient?.(provider, id)) ?? this.#opts.client(provider);
-    if (client === undefined) return logins.get(provider, id);
+    if (client === undefined) {
+      // An MCP login is refreshed with what it was made with (its binding); without that it
+      // cannot be, and the person who can fix it is told once, not at each request.
+      const key = `${provider}\0${id}`;
+      if (this.#opts.rule(provider)?.mcp !== undefined && !this.#unbound.has(key)) {
+        this.#unbound.add(key);
+        this.#opts.warn(
+          `the MCP login ${provider}/${id} cannot be refreshed: how it was made (its authorization server and client) is not in the state store; run keybroker auth add ${provider}${id === "default" ? "" : ` --label ${id}`}`,
+        );
+      }
+      return logins.get(provider, id);
+    }
     const store = logins.store;
     const timeout = client.spec.tokenTimeoutMs;
     return store.withRefreshLock(
