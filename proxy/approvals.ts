@@ -2,7 +2,8 @@
 // approvals, what the admin API, the CLI and the admin page read and answer. Its state sits
 // behind ApprovalStore so that a fleet can keep it on Redis (SPEC §17): any broker may answer a
 // request another broker holds; the holder learns the answer from the store.
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import type { PolicyRule } from "../rules/types.js";
 
 /** What a held request is, as every view shows it. Never a header, never a secret. */
 export interface ApprovalRequest {
@@ -13,8 +14,11 @@ export interface ApprovalRequest {
   readonly host: string;
   /** Path and query, injected query values removed. */
   readonly path: string;
-  /** The approve rule's place in the provider's policy: `--for` covers this rule only. */
-  readonly rule: number;
+  /**
+   * The approve rule, by what it says (ruleIdentity): `--for` covers this rule only, wherever a
+   * reload moves it in the provider's policy.
+   */
+  readonly rule: string;
 }
 
 export interface HeldRequest extends ApprovalRequest {
@@ -129,6 +133,30 @@ export interface ApprovalsOptions {
   /** Each step, for the log, the audit log and `notify`. */
   readonly onEvent: (event: ApprovalEvent) => void;
   readonly store?: ApprovalStore;
+}
+
+const identities = new WeakMap<PolicyRule, string>();
+
+/**
+ * An approve rule's identity: a digest of what it matches (methods, paths, roles, clients), not
+ * of its place in the list, so a grant never passes to the rule a reload put in that place.
+ * Worked out once per rule object (the rules of one load).
+ */
+export function ruleIdentity(rule: PolicyRule): string {
+  let id = identities.get(rule);
+  if (id === undefined) {
+    const sorted = (xs: readonly string[] | undefined) => (xs === undefined ? null : [...xs].sort());
+    const what = [
+      rule.action,
+      sorted(rule.methods),
+      [...rule.paths],
+      sorted(rule.roles),
+      sorted(rule.clients),
+    ];
+    id = createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 16);
+    identities.set(rule, id);
+  }
+  return id;
 }
 
 /** The key of a `--for` grant: the same client, provider and approve rule. */

@@ -7,7 +7,8 @@ import { stripQuery } from "../../audit/audit-log.js";
 import { redactText } from "../../audit/redact.js";
 import { knownSecrets } from "../../audit/scrub.js";
 import { BrokerError } from "../../core/errors.js";
-import type { ApprovalRequest, Approvals } from "../approvals.js";
+import type { PolicyRule } from "../../rules/types.js";
+import { type ApprovalRequest, type Approvals, ruleIdentity } from "../approvals.js";
 import type { Exchange } from "../exchange.js";
 import { hasBody } from "../forward.js";
 import { DEFAULT_RETRY_BODY_LIMIT } from "./pick-credential.js";
@@ -23,7 +24,7 @@ export class Withdrawn extends Error {
 }
 
 /** What every view shows of the request: no header, the injected query parameter's value removed. */
-export function describeRequest(x: Exchange, rule: number): ApprovalRequest {
+export function describeRequest(x: Exchange, rule: PolicyRule): ApprovalRequest {
   const provider = x.provider!.rule;
   const query = provider.inject.query;
   const defaultPort = x.scheme === "https" ? 443 : 80;
@@ -33,7 +34,7 @@ export function describeRequest(x: Exchange, rule: number): ApprovalRequest {
     method: (x.req.method ?? "GET").toUpperCase(),
     host: x.port === defaultPort ? x.host : `${x.host}:${x.port}`,
     path: knownSecrets.scrub(query === undefined ? x.path : stripQuery(x.path, [query])),
-    rule,
+    rule: ruleIdentity(rule),
   };
 }
 
@@ -104,7 +105,7 @@ function readBounded(x: Exchange, limit: number): Promise<Buffer> {
 
 async function holdForApproval(x: Exchange, approvals: Approvals): Promise<void> {
   const match = x.approval!;
-  const request = describeRequest(x, match.index);
+  const request = describeRequest(x, match.rule);
   if (await approvals.covered(request)) return;
   if (hasBody(x)) {
     const limit = x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT;

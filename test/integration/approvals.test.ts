@@ -406,6 +406,37 @@ describe("approvals", () => {
     const badFor = await f.cli(["approve", "abc", "--for", "soon"]);
     expect(badFor.status).toBe(2);
   });
+
+  it("a --for grant stays with its rule when a reload moves the rules: the rule put in its place still asks", async () => {
+    const config = join(f.dir, "keybroker.yaml");
+    const original = readFileSync(config, "utf8");
+    const branchRule = `      - approve: { method: [PUT, PATCH], path: "/repos/*/*/branches/**" }\n`;
+    expect(original).toContain(branchRule);
+    const held = await startHeld("PUT", BRANCH);
+    expect((await f.cli(["approve", held.id, "--for", "10m"])).status).toBe(0);
+    expect(status(await held.done)).toBe(200);
+    const reload = async (text: string) => {
+      const count = () => f.broker.stderr().split("rules reloaded").length;
+      const before = count();
+      writeFileSync(config, text);
+      f.broker.child.kill("SIGHUP");
+      while (count() === before) await new Promise((r) => setTimeout(r, 20));
+    };
+    try {
+      // A new approve rule where the branch rule was: the grant does not pass to it.
+      const issues = `      - approve: { method: GET, path: "/repos/*/*/issues" }\n`;
+      await reload(original.replace(branchRule, issues + branchRule));
+      const asked = await startHeld("GET", "https://api.github.com/repos/o/r/issues");
+      await answer(asked.id, "deny");
+      expect(status(await asked.done)).toBe(403);
+      // The branch rule, one place further down, is still covered by its grant.
+      const before = heldCount();
+      expect(status(await curl("PUT", BRANCH))).toBe(200);
+      expect(heldCount()).toBe(before);
+    } finally {
+      await reload(original);
+    }
+  });
 });
 
 describe("roles and limits", () => {

@@ -180,7 +180,7 @@ const REQUEST: ApprovalRequest = {
   method: "POST",
   host: HOST,
   path: "/v1/x",
-  rule: 0,
+  rule: "3f1c0a9b7d2e4c58",
 };
 
 describe("the approval store on Redis, in process", () => {
@@ -246,7 +246,7 @@ describe("the approval store on Redis, in process", () => {
     expect((await answer).outcome).toBe("approved");
     // The grant message came before the answer on the one channel: A's copy has it.
     expect(await fleet[0]!.covered(REQUEST)).toBe(true);
-    expect(await fleet[0]!.covered({ ...REQUEST, rule: 1 })).toBe(false);
+    expect(await fleet[0]!.covered({ ...REQUEST, rule: "9a8b7c6d5e4f3a2b" })).toBe(false);
     const late = await openState();
     try {
       expect(

@@ -1,7 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { knownSecrets } from "../../../audit/scrub.js";
-import { type ApprovalEvent, type ApprovalRequest, Approvals } from "../../../proxy/approvals.js";
+import {
+  type ApprovalEvent,
+  type ApprovalRequest,
+  Approvals,
+  ruleIdentity,
+} from "../../../proxy/approvals.js";
 import { bodyPreview, PREVIEW_BYTES } from "../../../proxy/stages/hold-for-approval.js";
+import type { PolicyRule } from "../../../rules/types.js";
 
 const REQUEST: ApprovalRequest = {
   client: "agent",
@@ -9,7 +15,7 @@ const REQUEST: ApprovalRequest = {
   method: "PUT",
   host: "api.github.com",
   path: "/repos/o/r/branches/main",
-  rule: 1,
+  rule: "5d2c9e1f0a7b3c64",
 };
 
 function registry() {
@@ -73,7 +79,7 @@ describe("the approvals registry", () => {
     await approvals.approve(id, "me", 60_000);
     expect(await approvals.covered(REQUEST)).toBe(true);
     expect(events.at(-1)).toMatchObject({ decision: "approved", by: "an earlier approve --for" });
-    expect(await approvals.covered({ ...REQUEST, rule: 2 })).toBe(false);
+    expect(await approvals.covered({ ...REQUEST, rule: "7e6f5a4b3c2d1e0f" })).toBe(false);
     expect(await approvals.covered({ ...REQUEST, client: "other" })).toBe(false);
     expect(await approvals.covered({ ...REQUEST, provider: "gitlab" })).toBe(false);
   });
@@ -98,5 +104,25 @@ describe("the body preview", () => {
     expect(bodyPreview(Buffer.from([1, 0, 2]), undefined)).toBe("[3 bytes of binary data]");
     expect(bodyPreview(Buffer.from("x"), "gzip")).toBe("[1 bytes, gzip-encoded]");
     expect(bodyPreview(undefined, undefined)).toBe("");
+  });
+});
+
+describe("ruleIdentity", () => {
+  it("names a rule by what it matches, not by where it stands, and tells different rules apart", () => {
+    const branches: PolicyRule = {
+      action: "approve",
+      methods: ["PUT", "PATCH"],
+      paths: ["/repos/*/*/branches/**"],
+    };
+    const moved: PolicyRule = {
+      action: "approve",
+      methods: ["PATCH", "PUT"],
+      paths: ["/repos/*/*/branches/**"],
+      timeoutMs: 5_000,
+    };
+    const deletes: PolicyRule = { action: "approve", methods: ["DELETE"], paths: ["/repos/**"] };
+    const scoped: PolicyRule = { ...branches, roles: ["guest"] };
+    expect(ruleIdentity(moved)).toBe(ruleIdentity(branches));
+    expect(new Set([branches, deletes, scoped].map(ruleIdentity)).size).toBe(3);
   });
 });
