@@ -82,6 +82,18 @@ ${COMMON_HELP}`,
       problems.push(...one.problems);
       report.providers.push(one.json);
     }
+    if (rules.state?.password !== undefined) {
+      // The fleet's Redis password: without it the broker does not start.
+      const r = await resolver.resolve(rules.state.password);
+      // No fingerprint: a Redis password may be short enough to guess from one.
+      const found = r.secret === undefined ? describeResolution(r) : `${r.ref}: from ${r.secret.source}`;
+      out(`state: ${rules.state.url}, password ${found}`);
+      if (r.secret === undefined) {
+        problems.push(`state.password ${r.ref} has no value: ${whereToSet(r.ref, rules)}`);
+      }
+    } else if (rules.state !== undefined) {
+      out(`state: ${rules.state.url}`);
+    }
     const inactive = [...rt.providers.values()]
       .filter((p) => !p.active && p.rule.fromCatalogue)
       .map((p) => p.rule.id);

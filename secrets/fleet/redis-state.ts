@@ -9,6 +9,7 @@
 // (its `epoch` key is gone or new) gets every login this broker holds published again.
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
+import { UserError } from "../../core/errors.js";
 import type { RedisStateConfig } from "../../rules/types.js";
 import type { StoredLogin } from "../oauth/login.js";
 import type { PoolState, SharedMark } from "../pool.js";
@@ -160,7 +161,13 @@ export class RedisState implements SharedState {
   static async open(config: RedisStateConfig, opts: SharedStateOptions): Promise<RedisState> {
     const password = config.password === undefined ? undefined : await opts.resolve(config.password);
     if (config.password !== undefined && password === undefined) {
-      throw new Error(`state.password: the credential reference ${config.password} has no value`);
+      throw new UserError(
+        `state.password: ${config.password} has no value, so the broker cannot log in to the fleet's Redis: ${
+          config.password.startsWith("env:")
+            ? `set ${config.password.slice(4)} in the broker's environment`
+            : "give the credential reference a value"
+        }, or change state.password in the rule file (keybroker check says where it is looked up)`,
+      );
     }
     const state = new RedisState(config, password, opts);
     await state.#subscribe();
@@ -252,7 +259,7 @@ export class RedisState implements SharedState {
    * connection's own error (a refused certificate, a refused connection) stays the reason shown.
    */
   #failed(err: Error): void {
-    this.#degrade(err.message, this.#redis.status !== "ready");
+    this.#degrade(redisErrorText(err), this.#redis.status !== "ready");
   }
 
   #recovered(): void {

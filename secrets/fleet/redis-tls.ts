@@ -24,7 +24,7 @@ const UNTRUSTED = new Set([
   "CERT_UNTRUSTED",
 ]);
 
-/** What went wrong with the connection, said so that the fix is plain. */
+/** What went wrong with the connection or a command, said so that the fix is plain. */
 export function redisErrorText(err: Error): string {
   const code = (err as NodeJS.ErrnoException).code ?? "";
   // OpenSSL's messages may end in a new line: one line for the log and `status`.
@@ -35,6 +35,12 @@ export function redisErrorText(err: Error): string {
     return `the Redis server's TLS certificate does not name the host of state.url (${said}): use a name or address the certificate lists`;
   if (code === "CERT_HAS_EXPIRED" || code === "CERT_NOT_YET_VALID")
     return `the Redis server's TLS certificate is outside its validity (${said})`;
+  if (/^WRONGPASS/.test(said))
+    return `Redis refused the password (${said}): check the value of state.password`;
+  if (/^NOAUTH/.test(said))
+    return `Redis asks for a password (${said}): add password: <credential reference> to state: in the rule file`;
+  // ioredis's words for a command sent while the connection is down.
+  if (/Stream isn't writeable|Connection is closed/i.test(said)) return "not connected to it";
   if (/wrong version number|packet length too long|unknown protocol/i.test(said))
     return `the server does not speak TLS there (${said}): use redis:// for a plain port, rediss:// for a TLS one`;
   return said;

@@ -6,12 +6,14 @@
 // timeout; a write made while holding it is fenced twice on the server: the stored generation
 // must be the one the refresh started from, and the lock must still be this holder's. A broker
 // that stalled past its lock (a pause, SIGSTOP) therefore writes nothing when it wakes.
+
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import { parseLogin, type StoredLogin, serializeLogin } from "../oauth/login.js";
 import { type LockOptions, LockTimeoutError, type TokenStore } from "../oauth/token-store.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
+import { redisErrorText } from "./redis-tls.js";
 import type { TokenCipher } from "./token-cipher.js";
 
 /**
@@ -57,7 +59,7 @@ export async function fromRedis<T>(op: Promise<T>, onError: (err: Error) => void
     return await op;
   } catch (err) {
     onError(err as Error);
-    throw new Error(`the fleet's Redis did not answer: ${(err as Error).message}`, { cause: err });
+    throw new Error(`the fleet's Redis did not answer: ${redisErrorText(err as Error)}`, { cause: err });
   }
 }
 

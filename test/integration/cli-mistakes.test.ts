@@ -163,6 +163,26 @@ describe("upstream_ca files are checked when the rule file is loaded", () => {
   });
 });
 
+describe("a fleet's Redis password with no value", () => {
+  it("check names it with where to set it; start stops with the same fix, not a stack trace", async () => {
+    const config = writeConfig(
+      tempHome(),
+      'version: 1\nstate: { url: "redis://127.0.0.1:1/0", password: env:KB_FLEET_REDIS_PW }\n',
+    );
+    const env = { OPENAI_API_KEY: REAL_OPENAI };
+    const check = cli(["check", "--home", tempHome(), "--config", config], { env });
+    expectNoCrash(check, "check");
+    expect(check.status).toBe(1);
+    expect(check.stderr).toContain(
+      "problem: state.password env:KB_FLEET_REDIS_PW has no value: export KB_FLEET_REDIS_PW",
+    );
+    const start = await cliAsync(["start", "--home", tempHome(), "--config", config, "--port", "0"], { env });
+    expectNoCrash(start, "start");
+    expect(start.status).toBe(1);
+    expect(start.stderr).toContain("set KB_FLEET_REDIS_PW in the broker's environment");
+  });
+});
+
 describe("bad logging variables are usage errors", () => {
   it.each([
     [

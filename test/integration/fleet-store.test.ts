@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { UserError } from "../../core/errors.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { PoolState } from "../../secrets/pool.js";
@@ -206,5 +207,33 @@ describe("fleet state on Redis", () => {
     expect(warnings.filter((w) => w.includes("unreachable"))).toHaveLength(1);
     expect(warnings.filter((w) => w.includes("reachable again"))).toHaveLength(1);
     expect(warnings.join("\n")).not.toContain(PASSWORD);
+  });
+
+  it("a wrong or a missing password is named with its fix; a password reference with no value stops the start", async () => {
+    const opts = (password: string | undefined) => ({
+      home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
+      homeKey: () => KEY,
+      resolve: async () => password,
+      log: { warn: () => {}, info: () => {} },
+    });
+    const wrong = await RedisState.open(
+      { kind: "redis", url: server.url, password: "env:PW", prefix: "w:" },
+      opts("not-the-password"),
+    );
+    opened.push(wrong);
+    expect(wrong.health().error).toMatch(
+      /^Redis refused the password \(WRONGPASS.*check the value of state\.password$/,
+    );
+    const none = await RedisState.open({ kind: "redis", url: server.url, prefix: "n:" }, opts(undefined));
+    opened.push(none);
+    expect(none.health().error).toMatch(
+      /^Redis asks for a password \(NOAUTH.*add password: <credential reference> to state:/,
+    );
+    const unset = RedisState.open(
+      { kind: "redis", url: server.url, password: "env:KB_TEST_UNSET_REDIS_PW", prefix: "u:" },
+      opts(undefined),
+    );
+    await expect(unset).rejects.toThrow(UserError);
+    await expect(unset).rejects.toThrow("set KB_TEST_UNSET_REDIS_PW in the broker's environment");
   });
 });
