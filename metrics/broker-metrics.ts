@@ -65,7 +65,8 @@ export class BrokerMetrics {
     if (x.upstreamMs > 0) {
       const timing = this.#timingOf(provider);
       timing.upstream.observe(x.upstreamMs);
-      timing.overhead.observe(Math.max(0, performance.now() - x.startedAt - x.upstreamMs));
+      // The wait for a person's answer is not the broker's work either.
+      timing.overhead.observe(Math.max(0, performance.now() - x.startedAt - x.upstreamMs - x.heldMs));
     }
   }
 

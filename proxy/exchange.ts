@@ -64,6 +64,8 @@ export interface Exchange {
   approval?: { readonly rule: PolicyRule; readonly index: number };
   /** Milliseconds spent waiting on the upstream, summed over every attempt (for /metrics). */
   upstreamMs: number;
+  /** Milliseconds the request was held for a person's answer: not the broker's overhead. */
+  heldMs: number;
 }
 
 export function originOf(x: Exchange): string {

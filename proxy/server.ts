@@ -828,6 +828,7 @@ export class Broker implements AdminHost {
       reverseRest: t.reverseRest,
       tried: new Set(),
       upstreamMs: 0,
+      heldMs: 0,
     };
   }
 

@@ -119,9 +119,11 @@ async function holdForApproval(x: Exchange, approvals: Approvals): Promise<void>
   const timeoutMs = match.rule.timeoutMs ?? x.rt.rules.approvals.timeoutMs;
   const preview = bodyPreview(x.body, x.req.headers["content-encoding"]);
   let answer: Awaited<ReturnType<Approvals["hold"]>>;
+  const heldFrom = performance.now();
   try {
     answer = await approvals.hold(request, preview, timeoutMs, gone.signal);
   } finally {
+    x.heldMs = performance.now() - heldFrom;
     x.res.off("close", onClose);
   }
   const { id } = answer.held;
