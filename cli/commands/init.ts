@@ -50,13 +50,15 @@ ${COMMON_HELP}`,
     ctx.out(`CA bundle:  ${bundle}`);
     ctx.out(`rule file:  ${rulesPath}${created ? " (created)" : " (kept)"}`);
     ctx.out("");
+    // A home given with --home must be given to the next commands too.
+    const home = values.home === undefined ? "" : ` --home ${values.home}`;
     ctx.out("Next:");
     ctx.out(
-      "  1. keep your real keys where the broker reads them (environment or .env), then: keybroker check",
+      `  1. keep your real keys where the broker reads them (environment or .env), then: keybroker check${home}`,
     );
-    ctx.out("  2. keybroker start                 # runs the broker on 127.0.0.1:8899");
-    ctx.out("  3. keybroker run -- <your agent>   # the agent gets placeholders, never the keys");
-    ctx.out('     or in the agent\'s shell: eval "$(keybroker env)"');
+    ctx.out(`  2. keybroker start${home}                 # runs the broker on 127.0.0.1:8899`);
+    ctx.out(`  3. keybroker run${home} -- <your agent>   # the agent gets placeholders, never the keys`);
+    ctx.out(`     or in the agent's shell: eval "$(keybroker env${home})"`);
     return 0;
   },
 };
