@@ -37,8 +37,13 @@ export async function handleApprovals(
   readBody: () => Promise<Record<string, unknown>>,
 ): Promise<unknown> {
   const match = ROUTE.exec(route);
+  // A fleet broker cut off from Redis sees and answers only the requests it holds: say so.
+  const degradedSince = broker.sharedState.health().degradedSince;
   if (match !== null && match[1] === undefined && req.method === "GET") {
-    return { approvals: await broker.approvals.list() };
+    return {
+      approvals: await broker.approvals.list(),
+      ...(degradedSince === undefined ? {} : { degradedSince }),
+    };
   }
   if (match !== null && match[1] !== undefined && req.method === "POST") {
     const id = match[1];
@@ -50,7 +55,9 @@ export async function handleApprovals(
     if (answered === undefined) {
       throw new BrokerError(
         "not_found",
-        `no pending approval "${id}": it was answered, timed out or withdrawn`,
+        degradedSince === undefined
+          ? `no pending approval "${id}": it was answered, timed out or withdrawn`
+          : `no pending approval "${id}" on this broker: the fleet's Redis has not answered since ${degradedSince}, so a request another broker holds cannot be answered from here until it does`,
         {
           hint: "keybroker approvals lists the pending ones",
         },

@@ -65,12 +65,15 @@ ${COMMON_HELP}`,
     const { values } = parse(argv, { json: { type: "boolean" }, port: { type: "string" } });
     const ctx = createContext(values);
     const broker = await running(ctx, values.port);
-    const { approvals: list } = await adminRequest<{ approvals: ApprovalView[] }>(
-      ctx.home,
-      broker,
-      "GET",
-      "approvals",
-    );
+    const { approvals: list, degradedSince } = await adminRequest<{
+      approvals: ApprovalView[];
+      degradedSince?: string;
+    }>(ctx.home, broker, "GET", "approvals");
+    if (degradedSince !== undefined) {
+      ctx.err(
+        `warning: the fleet's Redis has not answered since ${degradedSince}: only the requests this broker holds are listed`,
+      );
+    }
     if (values.json) {
       ctx.out(JSON.stringify(list, null, 2));
       return 0;
