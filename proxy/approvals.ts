@@ -275,7 +275,9 @@ export class Approvals {
     if (held === undefined) return undefined;
     const now = Date.now();
     const until = forMs === undefined ? undefined : now + forMs;
-    if (until !== undefined) await this.#store.grant(grantKey(held), until);
+    // In force at once in the store's memory; its write to a shared store is not waited for (a
+    // stalled Redis must not hold up the answer), and is sent before the answer on one connection.
+    if (until !== undefined) this.#store.grant(grantKey(held), until).catch(() => {});
     await this.#store.publish({
       held,
       outcome,

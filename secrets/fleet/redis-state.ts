@@ -135,7 +135,7 @@ export class RedisState implements SharedState {
     const onError = (err: Error) => this.#failed(err);
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
-    this.approvals = new RedisApprovalStore(this.#redis, {
+    this.approvals = new RedisApprovalStore(this.#redis, cipher, {
       prefix: p,
       channel: this.#keys.channel,
       self: this.#self,
@@ -272,14 +272,17 @@ export class RedisState implements SharedState {
     );
   }
 
+  /** Runs inside the subscriber's event: whatever a message holds, it never throws out of here. */
   #onMessage(text: string): void {
-    let msg: FleetMessage;
     try {
-      msg = JSON.parse(text) as FleetMessage;
+      this.#dispatch(JSON.parse(text) as FleetMessage | null);
     } catch {
-      return;
+      // Not a message of this fleet (not JSON, not an object, a field of the wrong shape): dropped.
     }
-    if (msg.from === this.#self) return;
+  }
+
+  #dispatch(msg: FleetMessage | null): void {
+    if (typeof msg !== "object" || msg === null || msg.from === this.#self) return;
     if (msg.t === "mark" && msg.f !== undefined && msg.m !== undefined) {
       const key = parseField(msg.f);
       if (key !== undefined) this.#pools?.merge(key[0], key[1], JSON.parse(msg.m) as SharedMark);

@@ -19,6 +19,7 @@ import {
 } from "../../proxy/approvals.js";
 import { RedisApprovalStore } from "../../secrets/fleet/redis-approvals.js";
 import type { RedisState } from "../../secrets/fleet/redis-state.js";
+import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
 import {
   type BrokerProcess,
   cliAsync,
@@ -169,10 +170,21 @@ afterAll(async () => {
   );
 });
 
+/** The home key of the in-process fleet below. */
+const UNIT_KEY = Buffer.alloc(32, 7);
+
 /** A fleet state in this process (its own prefix: the brokers above never see it). */
 async function openState(): Promise<RedisState> {
-  return openFleetState(redis.url, PASSWORD, "kbunit:", homes[0]!, () => Buffer.alloc(32, 7));
+  return openFleetState(redis.url, PASSWORD, "kbunit:", homes[0]!, () => UNIT_KEY);
 }
+
+/** An approval message as a broker of the in-process fleet sends it, sealed with its key. */
+function sealedMessage(m: object, at = Date.now()): string {
+  const sealed = new TokenCipher(UNIT_KEY).seal(JSON.stringify({ ...m, at }), "kbunit:events\0approval");
+  return JSON.stringify({ t: "approval", m: sealed, from: "someone" });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const REQUEST: ApprovalRequest = {
   client: "default",
@@ -250,7 +262,7 @@ describe("the approval store on Redis, in process", () => {
     const late = await openState();
     try {
       expect(
-        await late.approvals.grantedUntil(["default", "held", "0"].join("\0"), Date.now()),
+        await late.approvals.grantedUntil(["default", "held", REQUEST.rule].join("\0"), Date.now()),
       ).toBeGreaterThan(Date.now());
     } finally {
       await late.close();
@@ -267,7 +279,7 @@ describe("the approval store on Redis, in process", () => {
     client.on("error", () => {});
     await client.connect();
     const errors: Error[] = [];
-    const store = new RedisApprovalStore(client, {
+    const store = new RedisApprovalStore(client, new TokenCipher(UNIT_KEY), {
       prefix: "kbalone:",
       channel: "kbalone:events",
       self: "alone",
@@ -305,6 +317,158 @@ describe("the approval store on Redis, in process", () => {
     }
   });
 
+  it("a Redis writer without the home key cannot answer, grant, or change a request; stale or mismatched sealed messages are dropped", async () => {
+    const { id, answer } = await holdOnA();
+    const key = `kbunit:approval:${id}`;
+    const stored = (await raw.get(key))!;
+    // Sealed: nothing of the request readable in Redis.
+    expect(stored).not.toContain(REQUEST.path);
+    expect(stored).not.toContain('"client"');
+    const forge = (m: object) =>
+      raw.publish("kbunit:events", JSON.stringify({ t: "approval", m: JSON.stringify(m) }));
+    // A rule no earlier test granted.
+    const ungranted = { ...REQUEST, rule: "0123456789abcdef" };
+    const grant = ["default", "held", ungranted.rule].join("\0");
+    const heldNow = { ...REQUEST, id, heldAt: Date.now(), expiresAt: Date.now() + 20_000, preview: "" };
+    await forge({ k: "answer", a: { held: { id }, outcome: "approved", by: "nobody" } });
+    await forge({ k: "grant", g: grant, u: Date.now() + 864e5 });
+    await raw.hset("kbunit:approval-grants", grant, String(Date.now() + 864e5));
+    // Sealed with the fleet's key, but a minute old (a replay), or for another request that drew the id.
+    await raw.publish(
+      "kbunit:events",
+      sealedMessage({ k: "grant", g: grant, u: Date.now() + 864e5 }, Date.now() - 120_000),
+    );
+    await raw.publish(
+      "kbunit:events",
+      sealedMessage({ k: "answer", a: { held: { ...heldNow, path: "/v1/other" }, outcome: "approved" } }),
+    );
+    // Another broker's view of it, rewritten: no broker lists what does not open.
+    await raw.set(key, JSON.stringify({ ...heldNow, path: "/v1/harmless", expiresAt: 9e15 }), "KEEPTTL");
+    expect(await fleet[1]!.list()).toEqual([]);
+    await raw.set(key, stored, "KEEPTTL");
+    expect((await fleet[1]!.list()).map((v) => [v.id, v.path])).toEqual([[id, REQUEST.path]]);
+    // The real answer comes after all of the above on the one channel: it is the one that counts.
+    await fleet[1]!.deny(id, "admin token");
+    expect(await answer).toMatchObject({ outcome: "denied", by: "admin token" });
+    expect(await fleet[0]!.covered(ungranted)).toBe(false);
+    const late = await openState();
+    try {
+      expect(await late.approvals.grantedUntil(grant, Date.now())).toBeUndefined();
+    } finally {
+      await late.close();
+    }
+    await raw.hdel("kbunit:approval-grants", grant);
+
+    // The pending key deleted and an answer planted: the holder's own take loses, its chase finds
+    // only a forged (then a malformed) answer, and the request times out instead of passing.
+    const chased = await holdOnA();
+    await raw.del(`kbunit:approval:${chased.id}`);
+    await raw.set(
+      `kbunit:approval-answer:${chased.id}`,
+      JSON.stringify({ held: { ...heldNow, id: chased.id }, outcome: "approved" }),
+    );
+    expect(await fleet[0]!.deny(chased.id, "admin token")).toBeUndefined();
+    await raw.set(`kbunit:approval-answer:${chased.id}`, "{not json");
+    expect(await chased.answer).toMatchObject({ outcome: "approval_timeout" });
+  });
+
+  it("malformed messages and values neither crash a broker nor mark it degraded: bad entries are skipped one by one", async () => {
+    const { id, answer } = await holdOnA();
+    for (const text of [
+      "null",
+      "7",
+      JSON.stringify({ t: "approval", m: "null" }),
+      JSON.stringify({ t: "approval", m: JSON.stringify({ k: "answer", a: { held: null } }) }),
+      JSON.stringify({ t: "approval", m: { k: "held" } }),
+      sealedMessage({ k: "answer", a: { held: null } }),
+      JSON.stringify({ t: "mark", f: "x", m: "{oops" }),
+      JSON.stringify({ t: "mark", f: "held\0KEY", m: "null" }),
+    ])
+      await raw.publish("kbunit:events", text);
+    // Pending values that do not open, or open to the wrong shape (sealed as a broker would).
+    const cipher = new TokenCipher(UNIT_KEY);
+    const bad = { ...REQUEST, id: "deadbeef", heldAt: "zz", expiresAt: 9e15, preview: "" };
+    await raw.set(
+      "kbunit:approval:deadbeef",
+      `${9e15}:${cipher.seal(JSON.stringify(bad), `kbunit:approval:deadbeef\0${9e15}`)}`,
+      "PX",
+      20_000,
+    );
+    await raw.set("kbunit:approval:deadbee0", "{oops", "PX", 20_000);
+    await raw.zadd("kbunit:approvals", "1", "deadbeef", "2", "deadbee0");
+    for (const a of fleet) expect((await a.list()).map((v) => v.id)).toEqual([id]);
+    expect(await states[1]!.approvals.take("deadbeef")).toBeUndefined();
+    for (const s of states) expect(s.health()).not.toHaveProperty("degradedSince");
+    await fleet[1]!.approve(id, "admin token");
+    expect(await answer).toMatchObject({ outcome: "approved" });
+    await raw.del("kbunit:approval:deadbee0");
+  });
+
+  it("two brokers that draw the same id: the second keeps its request to itself, and one answer ends only the first", async () => {
+    const { id, answer } = await holdOnA();
+    const b = await openState();
+    try {
+      const got: string[] = [];
+      const told: string[] = [];
+      b.approvals.subscribe((a) => got.push(`${a.held.id} ${a.outcome}`));
+      b.approvals.watch((c) => told.push(c.id));
+      const now = Date.now();
+      const other = { ...REQUEST, method: "DELETE", id, heldAt: now, expiresAt: now + 20_000, preview: "" };
+      await b.approvals.add(other);
+      // Commands on one connection run in order: its add has been answered when this list is.
+      expect((await b.approvals.list()).map((h) => h.method)).toEqual(["DELETE"]);
+      expect((await fleet[1]!.list()).map((v) => [v.id, v.method])).toEqual([[id, "POST"]]);
+      await fleet[1]!.approve(id, "admin token");
+      expect(await answer).toMatchObject({ outcome: "approved" });
+      // The answer's message reached b before this next request's did.
+      const next = await holdOnA();
+      await until(async () => told.includes(next.id), "b told of the next request");
+      expect(got).toEqual([]);
+      expect((await b.approvals.list()).find((h) => h.id === id)?.method).toBe("DELETE");
+      expect(await b.approvals.take(id)).toEqual(other);
+      await fleet[1]!.deny(next.id, "admin token");
+      await next.answer;
+    } finally {
+      await b.close();
+    }
+  });
+
+  it("approve --for on the holder while Redis stalls: the request passes without waiting for the grant's write", async () => {
+    const client = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0, lazyConnect: true });
+    client.on("error", () => {});
+    await client.connect();
+    const store = new RedisApprovalStore(client, new TokenCipher(UNIT_KEY), {
+      prefix: "kbstall:",
+      channel: "kbstall:events",
+      self: "stall",
+      onError: () => {},
+    });
+    const approvals = new Approvals({ onEvent: () => {}, store });
+    const answer = approvals.hold(REQUEST, "", 20_000, new AbortController().signal);
+    await until(async () => (await raw.zcard("kbstall:approvals")) === 1, "the request in Redis");
+    const [id] = await raw.zrange("kbstall:approvals", "0", "-1");
+    process.kill(redis.pid!, "SIGSTOP");
+    try {
+      // The take waits its second for Redis, then the holder decides alone; no command timeout
+      // on this connection: an awaited grant write would hold the answer until Redis resumes.
+      const approving = approvals.approve(id!, "admin token", 60_000);
+      const outcome = await Promise.race([answer, sleep(8_000).then(() => "still waiting")]);
+      expect(outcome).toMatchObject({ outcome: "approved" });
+      expect(await approvals.covered(REQUEST)).toBe(true);
+      void approving;
+    } finally {
+      process.kill(redis.pid!, "SIGCONT");
+    }
+    const grant = ["default", "held", REQUEST.rule].join("\0");
+    const value = await until(
+      async () => (await raw.hget("kbstall:approval-grants", grant)) ?? undefined,
+      "the grant in Redis",
+    );
+    expect(value).toMatch(/^\d+:/);
+    approvals.close();
+    client.disconnect();
+  });
+
   it("a broker that stops takes what it held off the fleet's list", async () => {
     const state = await openState();
     const approvals = new Approvals({ onEvent: () => {}, store: state.approvals });
@@ -338,7 +502,8 @@ describe("approvals shared by two brokers on one Redis", () => {
 
     // The held request is in Redis, and nothing there is a secret: not the key (the preview
     // masked it), the placeholder, the Redis password nor an admin token.
-    expect(await raw.get(`${PREFIX}approval:${view.id}`)).toContain('"preview"');
+    // Sealed with the fleet's key: a Redis writer can neither read nor rewrite it.
+    expect(await raw.get(`${PREFIX}approval:${view.id}`)).toMatch(/^\d+:[A-Za-z0-9+/=]+$/);
     expect(await raw.zrange(`${PREFIX}approvals`, "0", "-1")).toContain(view.id);
     const secrets = [KEY, placeholder, PASSWORD, adminToken(0), adminToken(1)];
     expect(await redisLeaks(raw, secrets)).toEqual([]);
@@ -353,7 +518,7 @@ describe("approvals shared by two brokers on one Redis", () => {
     // Answered: gone from both brokers' lists, and its answer in Redis holds no secret either.
     expect(await pending(0)).toEqual([]);
     expect(await pending(1)).toEqual([]);
-    expect(await raw.get(`${PREFIX}approval-answer:${view.id}`)).toContain('"approved"');
+    expect(await raw.get(`${PREFIX}approval-answer:${view.id}`)).toMatch(/^[A-Za-z0-9+/=]+$/);
     expect(await redisLeaks(raw, secrets)).toEqual([]);
   });
 
