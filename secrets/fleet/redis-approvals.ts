@@ -326,6 +326,7 @@ export class RedisApprovalStore implements ApprovalStore {
         return;
       }
     }
+    own.clash = false;
     own.shared = true;
     // Ended here while its add was on its way (a slow Redis): it leaves the list again.
     if (own.local) await this.#unshare(held.id);
