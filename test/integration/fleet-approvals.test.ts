@@ -595,6 +595,15 @@ describe("approvals shared by two brokers on one Redis", () => {
       const seen = logged().length;
       second = send(0, "/v1/down");
       waiting = await until(async () => logged()[seen], "broker 1 holding the second");
+      // Broker 2, cut off as well, says that it lists and answers only what it holds.
+      const listed = await until(async () => {
+        const r = await kb(1, "approvals");
+        return r.stderr.includes("has not answered since") ? r : undefined;
+      }, "broker 2 saying it is cut off");
+      expect(listed.stderr).toContain("only the requests this broker holds are listed");
+      const unknown = await kb(1, "deny", "0badc0de");
+      expect(unknown.status).toBe(1);
+      expect(unknown.stderr).toContain("on this broker: the fleet's Redis has not answered since");
     } finally {
       process.kill(redis.pid!, "SIGCONT");
     }
