@@ -6,7 +6,7 @@
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
 import { parseDuration } from "../rules/units.js";
-import type { Caller } from "./callers.js";
+import { answeredBy, type Caller } from "./callers.js";
 import type { AdminHost } from "./host.js";
 
 const ROUTE = /^approvals(?:\/([^/]{1,64})\/(approve|deny))?$/;
@@ -50,8 +50,8 @@ export async function handleApprovals(
     const body = await readBody();
     const answered =
       match[2] === "approve"
-        ? await broker.approvals.approve(id, caller.by, forMs(body))
-        : await broker.approvals.deny(id, caller.by);
+        ? await broker.approvals.approve(id, answeredBy(broker, caller.by), forMs(body))
+        : await broker.approvals.deny(id, answeredBy(broker, caller.by));
     if (answered === undefined) {
       throw new BrokerError(
         "not_found",

@@ -3,6 +3,7 @@
 // everything; admins answer approvals, read the status and reset marks; user and guest tokens
 // are refused with 403, unknown ones with 407.
 import type { IncomingMessage } from "node:http";
+import { hostname } from "node:os";
 import { BrokerError } from "../core/errors.js";
 import { sameToken } from "../core/same-token.js";
 import type { Role } from "../rules/types.js";
@@ -33,6 +34,15 @@ export function callerOfToken(broker: AdminHost, adminToken: string, given: stri
       return { role: client.rule.role, by: `client ${client.rule.name}` };
   }
   return undefined;
+}
+
+/**
+ * How the holder's audit line names who answered a request: in a fleet the answer may come from
+ * another broker, so the answering broker's host and address are named too.
+ */
+export function answeredBy(broker: AdminHost, by: string): string {
+  if (broker.sharedState.health().store !== "redis") return by;
+  return `${by} on ${hostname()} (${broker.address.url})`;
 }
 
 /** What a client with the role admin may do besides approvals (SPEC §16: the page, resets). */

@@ -11,7 +11,7 @@ import { isLoopbackHost } from "../rules/address.js";
 import { parseDuration } from "../rules/units.js";
 import { statusReport } from "./api.js";
 import { ChainChecker, recentAudit } from "./audit-view.js";
-import { callerOfToken } from "./callers.js";
+import { answeredBy, callerOfToken } from "./callers.js";
 import { DeviceLogins } from "./device-logins.js";
 import type { AdminHost } from "./host.js";
 import type { Html } from "./html.js";
@@ -461,7 +461,7 @@ export class AdminPage {
       case "/admin/do/deny": {
         const approvals = host.approvals;
         const id = fields.get("id") ?? "";
-        const by = `admin page (${session.via})`;
+        const by = answeredBy(host, `admin page (${session.via})`);
         if (path.endsWith("deny")) {
           return (await approvals.deny(id, by)) !== undefined
             ? done("ok", `Denied ${id}.`, "approvals")

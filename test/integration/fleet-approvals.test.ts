@@ -4,8 +4,10 @@
 // other; of two brokers approving at once exactly one wins; `approve --for` on one lets the
 // next matching request on the other through unheld; Redis holds no secret; a broker whose
 // Redis is down still holds and answers its own requests, and shares them once Redis is back.
+
 import { once } from "node:events";
 import { existsSync, readFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
@@ -515,6 +517,10 @@ describe("approvals shared by two brokers on one Redis", () => {
     expect(r.status, r.text).toBe(200);
     expect(r.text).toBe('{"ok":true}');
     expect(hits.get("/v1/hold")).toBe(1);
+    // The holder's audit names the broker that answered.
+    const port = new URL(brokers[1]!.url).port;
+    const answeredOn = new RegExp(`approved by admin token on ${hostname()} \\(http://[^)]*:${port}\\)`);
+    await until(async () => answeredOn.test(audited(0)), "broker 1's audit naming broker 2");
     // Answered: gone from both brokers' lists, and its answer in Redis holds no secret either.
     expect(await pending(0)).toEqual([]);
     expect(await pending(1)).toEqual([]);
