@@ -8,7 +8,7 @@ import { cpSync, mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Redis } from "ioredis";
+import { Redis } from "ioredis";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { homeKey } from "../../core/home.js";
 import { tempHome } from "./broker.js";
@@ -23,6 +23,12 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Starts it again on the same port, with nothing in it. */
   restart(): Promise<void>;
+  /**
+   * A plain client for the test to look into the server (and to play a Redis writer): its
+   * password, no retries of a failed command, and connection errors ignored (the tests stop and
+   * restart the server under it).
+   */
+  client(): Redis;
 }
 
 async function freePort(): Promise<number> {
@@ -99,9 +105,10 @@ export async function startRedis(opts: RedisOptions = {}): Promise<RedisServer> 
     process.kill(c.pid!, "SIGTERM");
     await exited;
   };
+  const url = `${opts.tls === undefined ? "redis" : "rediss"}://127.0.0.1:${port}/0`;
   return {
     port,
-    url: `${opts.tls === undefined ? "redis" : "rediss"}://127.0.0.1:${port}/0`,
+    url,
     get pid() {
       return child?.pid;
     },
@@ -109,6 +116,14 @@ export async function startRedis(opts: RedisOptions = {}): Promise<RedisServer> 
     async restart() {
       await stop();
       child = await launch(port, dir, opts);
+    },
+    client() {
+      const c = new Redis(url, {
+        ...(opts.password === undefined ? {} : { password: opts.password }),
+        maxRetriesPerRequest: 0,
+      });
+      c.on("error", () => {});
+      return c;
     },
   };
 }

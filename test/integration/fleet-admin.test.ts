@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
@@ -55,8 +55,7 @@ function secrets(): string[] {
 
 beforeAll(async () => {
   redis = await startRedis({ password: REDIS_PASSWORD });
-  raw = new Redis(redis.url, { password: REDIS_PASSWORD, maxRetriesPerRequest: 0 });
-  raw.on("error", () => {});
+  raw = redis.client();
   const config = writeConfig(
     tempHome(),
     `version: 1

@@ -113,8 +113,7 @@ async function hold(holder: number, path: string, viewer: number, signal?: Abort
 
 beforeAll(async () => {
   redis = await startRedis({ password: PASSWORD });
-  raw = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
-  raw.on("error", () => {});
+  raw = redis.client();
   u = await startUpstream();
   for (const path of ["/v1/hold", "/v1/race", "/v1/grant", "/v1/slow", "/v1/down"]) {
     u.routes.set(`POST ${path}`, (_req, res) => {

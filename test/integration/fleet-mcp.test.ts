@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
@@ -94,8 +94,7 @@ const audited = (i: number, decision: string) =>
 
 beforeAll(async () => {
   [redis, fake] = await Promise.all([startRedis(), startFakeMcp()]);
-  raw = new Redis(redis.url, { maxRetriesPerRequest: 0 });
-  raw.on("error", () => {});
+  raw = redis.client();
   // keybroker gets a client secret when it registers: the fleet must keep it sealed.
   fake.confidential = true;
   dir = tempHome();

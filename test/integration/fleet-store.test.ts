@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UserError } from "../../core/errors.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
@@ -68,8 +68,7 @@ async function refreshRefused(state: RedisState, id: string): Promise<void> {
 
 beforeAll(async () => {
   server = await startRedis({ password: PASSWORD });
-  raw = new Redis(server.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
-  raw.on("error", () => {});
+  raw = server.client();
 });
 afterAll(async () => {
   for (const s of opened) await s.close();

@@ -7,7 +7,7 @@
 import { cpSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
@@ -109,8 +109,7 @@ const redisLeaks = () => leaksIn(raw, [...fake.issued, ...Object.values(KEYS)]);
 
 beforeAll(async () => {
   redis = await startRedis({ password: PASSWORD });
-  raw = new Redis(redis.url, { password: PASSWORD, maxRetriesPerRequest: 0 });
-  raw.on("error", () => {});
+  raw = redis.client();
   u = await startUpstream();
   fake = installFakeOAuth(u);
   serveChat(u, fake);
