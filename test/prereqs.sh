@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs before `npm test` (the `pretest` script): the suite drives real programs (curl, Python
+# requests/httpx, Chromium, redis-server, promtool, unshare and ip for isolation and off-loopback
+# peers), and a missing one should stop the run here with the command to fix it, not surface
+# as a wall of failing tests. As root on Debian it installs what is missing, as CI does.
+set -euo pipefail
+
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need curl curl
+need openssl openssl
+need /usr/bin/chromium chromium
+need redis-server redis-server
+need promtool prometheus
+need unshare util-linux
+need ip iproute2
+/usr/bin/python3 -c 'import requests, httpx' >/dev/null 2>&1 || missing+=(python3 python3-requests python3-httpx)
+
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "test prerequisites: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends ca-certificates "${missing[@]}" >/dev/null
+  exit 0
+fi
+
+echo "The tests need programs this machine does not have: ${missing[*]}." >&2
+echo "Install them, then run npm test again:" >&2
+echo "  sudo apt-get install ${missing[*]}" >&2
+echo "(Debian/Ubuntu package names; other systems have packages of the same programs.)" >&2
+exit 1
