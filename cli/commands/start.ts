@@ -10,6 +10,8 @@ import { describeAttempts } from "../../secrets/resolver.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext, readRulesIsolated } from "../context.js";
+import { hideSecretsFromEnviron } from "../hide-environ.js";
+import { resolvedSecrets } from "../strip-secrets.js";
 
 function alreadyRunning(where: string, pid: number): string {
   return `a keybroker of this home (pid ${pid}) already listens on ${where}: stop it, or pick another --port`;
@@ -60,6 +62,12 @@ ${COMMON_HELP}`,
       advertise: true,
       reloadRules: () => reloadRules(),
     });
+    // Secrets read: nothing left for other processes in /proc/<pid>/environ (decision 119).
+    const hide = () => {
+      const warning = hideSecretsFromEnviron(broker.runtime.rules, resolvedSecrets(broker.runtime));
+      if (warning !== undefined) ctx.log.warn(warning);
+    };
+    hide();
     try {
       await broker.listen();
     } catch (err) {
@@ -99,6 +107,7 @@ ${COMMON_HELP}`,
       reloading = reloading.then(async () => {
         try {
           await broker.reload(await loadRulesIsolated(path));
+          hide();
           ctx.log.info({ rules: path ?? "embedded default catalogue", why }, "rules reloaded");
         } catch (err) {
           const message = err instanceof RuleFileError ? err.message : (err as Error).message;
