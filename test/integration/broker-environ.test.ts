@@ -20,6 +20,20 @@ afterAll(async () => {
   await upstream?.close();
 });
 
+/** An agent that lists every process's environment and command line, then calls the API with curl. */
+function writeAgent(dir: string): string {
+  const agent = join(dir, "agent.cjs");
+  writeFileSync(
+    agent,
+    `${DUMP_ENVIRONS}
+const { execFileSync } = require("node:child_process");
+console.log("curl:", execFileSync("curl", ${JSON.stringify(curlChatArgs("KEY"))}.map((a) =>
+  a.replace("Bearer KEY", "Bearer " + process.env.OPENAI_API_KEY)), { encoding: "utf8" }).trim().split("\\n").at(-1));
+`,
+  );
+  return agent;
+}
+
 describe("keybroker start", () => {
   it("hands no process an environment or command line with the key, and still injects it", async () => {
     upstream = await startUpstream();
@@ -50,6 +64,19 @@ describe("keybroker start", () => {
     expect(res.statusCode).toBe(200);
     expect(upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${KEY}`);
 
+    // keybroker run, using this broker, started from a shell that exports the key: its command
+    // finds the key in no process either (run blanks its own environment too).
+    const runs = await cliAsync(
+      ["run", "--home", h, "--config", config, "--", process.execPath, writeAgent(h)],
+      {
+        env: { OPENAI_API_KEY: KEY },
+      },
+    );
+    expect(runs.status, runs.stderr).toBe(0);
+    expect(runs.stdout).toContain("curl: 200");
+    expect(dumpsHolding(runs.stdout, KEY)).toEqual([]);
+    expect(upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${KEY}`);
+
     // keybroker stop finds and stops that pid; it says so and exits cleanly.
     const exited = once(broker.child, "exit");
     const stop = await cliAsync(["stop", "--home", h]);
@@ -66,16 +93,7 @@ describe("keybroker run, with a broker of its own", () => {
     upstream ??= await startUpstream();
     const h = home();
     const config = writeConfig(h, rulesFor(upstream));
-    const agent = join(h, "agent.cjs");
-    // The agent lists every process's environment and command line, then calls the API with curl.
-    writeFileSync(
-      agent,
-      `${DUMP_ENVIRONS}
-const { execFileSync } = require("node:child_process");
-console.log("curl:", execFileSync("curl", ${JSON.stringify(curlChatArgs("KEY"))}.map((a) =>
-  a.replace("Bearer KEY", "Bearer " + process.env.OPENAI_API_KEY)), { encoding: "utf8" }).trim().split("\\n").at(-1));
-`,
-    );
+    const agent = writeAgent(h);
     const before = upstream.received.length;
     const r = await cliAsync(["run", "--home", h, "--config", config, "--", process.execPath, agent], {
       env: { OPENAI_API_KEY: KEY, MY_COPY: COPY },
