@@ -31,7 +31,8 @@ and the old rules stay. SIGINT/SIGTERM (or keybroker stop) stop it, with a last 
 
 Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), KEYBROKER_LOG_FORMAT
 (pretty on a terminal, else json), KEYBROKER_ACCESS_LOG=1 (a log line per request), and the variables
-that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...). KEYBROKER_V8_TUNING=off
+that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...): once read, they show empty in
+the broker's /proc/<pid>/environ (better still, keep the keys in the home's .env). KEYBROKER_V8_TUNING=off
 keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
 replaces their flag list.
 
