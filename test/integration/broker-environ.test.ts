@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, describe, expect, it } from "vitest";
-import { cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
+import { type BrokerProcess, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
 import { curlChatArgs } from "../helpers/curl.js";
 import { DUMP_ENVIRONS, dumpsHolding, processesHolding, uniqueSecret } from "../helpers/environ.js";
 import { rulesFor } from "../helpers/fixture.js";
@@ -16,7 +16,9 @@ const KEY = uniqueSecret("sk-real-environ-");
 const COPY = `prefix ${KEY}`;
 const { home } = scannedHomes([KEY]);
 let upstream: FakeUpstream | undefined;
+let broker: BrokerProcess | undefined;
 afterAll(async () => {
+  await broker?.stop();
   await upstream?.close();
 });
 
@@ -40,7 +42,7 @@ describe("keybroker start", () => {
     const h = home();
     const config = writeConfig(h, rulesFor(upstream));
     // The README's way: OPENAI_API_KEY=sk-… keybroker start, plus a copy under another name.
-    const broker = await startBroker({ home: h, config, env: { OPENAI_API_KEY: KEY, MY_COPY: COPY } });
+    broker = await startBroker({ home: h, config, env: { OPENAI_API_KEY: KEY, MY_COPY: COPY } });
     const pid = broker.child.pid!;
     expect(processesHolding(KEY)).toEqual([]);
     // The variables are still there, emptied: the broker's own pid serves.

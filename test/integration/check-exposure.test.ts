@@ -19,7 +19,8 @@ afterAll(async () => {
   for (const child of started) {
     if (child.exitCode === null && child.signalCode === null) {
       const exited = once(child, "exit");
-      child.kill("SIGTERM");
+      // The shell and its broker: their own process group, led by the shell.
+      process.kill(-child.pid!, "SIGTERM");
       await exited;
     }
   }
@@ -56,6 +57,7 @@ async function startFromShell(
     cwd: project,
     env: baseEnv(env),
     stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
   });
   started.push(child);
   let out = "";
