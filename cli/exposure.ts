@@ -63,14 +63,7 @@ function held(environ: Set<string>, secretNames: ReadonlySet<string>): string[] 
 
 function processItems(ctx: Context, secretNames: ReadonlySet<string>, report: ExposureReport): void {
   const homeEnv = join(ctx.home, ".env");
-  const own = held(
-    namesWithValues(
-      Object.entries(ctx.env)
-        .map(([k, v]) => `${k}=${v ?? ""}`)
-        .join("\0"),
-    ),
-    secretNames,
-  );
+  const own = held(new Set(Object.keys(ctx.env).filter((k) => (ctx.env[k] ?? "") !== "")), secretNames);
   if (own.length > 0) {
     report.items.push({
       what: "this shell (the environment keybroker check runs in)",

@@ -42,7 +42,8 @@ provider the rule file names has no credential, or when no provider has one at a
                    .env files and file: secrets the rules read, the home's secret files, and
                    running brokers (or the processes that started them) whose environment holds
                    a key. Exits 1 when a key is in a process environment or in a file outside
-                   the home; the home's own files are listed but do not fail it
+                   the home; the home's own files are listed but do not fail it. With --json:
+                   { items: [{ what, holds, fix, exposed }], notes }
 
 Environment: the variables that hold your credentials, and INFISICAL_CLIENT_ID /
 INFISICAL_CLIENT_SECRET when sources.infisical uses them.
