@@ -1,19 +1,17 @@
-// The environment variables a rule set reads real secrets from: `run` removes them from its
-// command's environment, and a running broker reports them for its own rules.
+// The credential references a rule set resolves secrets from, and the environment variables among
+// them: `run` removes those from its command's environment, a running broker reports them for
+// its own rules and blanks them in its initial environment, `check --exposure` looks for them.
 import { parseRef } from "../secrets/resolver.js";
 import type { Rules } from "./types.js";
 
 /**
- * Every environment variable that holds (or may hold) a real secret under these rules:
- * credentials named bare or with `env:`, client tokens, and the Infisical machine identity.
- * `run` removes them from the child's environment.
+ * Every credential reference of these rules: providers' credentials, service-account parts,
+ * OAuth client secrets, client tokens, the Infisical machine identity, the fleet's Redis password.
  */
-export function secretVariableNames(rules: Rules): Set<string> {
-  const names = new Set<string>();
+export function secretRefs(rules: Rules): string[] {
+  const refs: string[] = [];
   const add = (ref: string | undefined) => {
-    if (ref === undefined) return;
-    const parsed = parseRef(ref);
-    if (parsed.source === undefined || parsed.source === "env") names.add(parsed.key);
+    if (ref !== undefined) refs.push(ref);
   };
   for (const provider of rules.providers) {
     provider.credentials.forEach(add);
@@ -23,9 +21,24 @@ export function secretVariableNames(rules: Rules): Set<string> {
       add(provider.auth.sessionToken);
     }
     if (provider.auth?.kind === "google_service_account") add(provider.auth.key);
+    add(provider.oauth?.clientSecret);
   }
   for (const client of rules.clients) add(client.token);
   add(rules.sources.infisical?.clientId);
   add(rules.sources.infisical?.clientSecret);
+  add(rules.state?.password);
+  return refs;
+}
+
+/**
+ * Every environment variable that holds (or may hold) a real secret under these rules: the
+ * references named bare or with `env:`. `run` removes them from the child's environment.
+ */
+export function secretVariableNames(rules: Rules): Set<string> {
+  const names = new Set<string>();
+  for (const ref of secretRefs(rules)) {
+    const parsed = parseRef(ref);
+    if (parsed.source === undefined || parsed.source === "env") names.add(parsed.key);
+  }
   return names;
 }

@@ -19,11 +19,12 @@ import { createSecretResolver, dotenvCandidates, type SourceContext } from "../.
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext } from "../context.js";
+import { exposureLines, findExposure } from "../exposure.js";
 import { readRules } from "../read-rules.js";
 
 export const check: Command = {
   name: "check",
-  help: `Usage: keybroker check [--json] [--config FILE] [--home DIR]
+  help: `Usage: keybroker check [--json] [--exposure] [--config FILE] [--home DIR]
 
 Validates the rule file (every problem at once, each with its path and a fix), then resolves
 every provider's credentials and reports, for each one, which source answered and why the
@@ -36,15 +37,28 @@ provider the rule file names has no credential, or when no provider has one at a
                    its state and credentials: ref, source, fingerprint, attempts; an OAuth
                    provider its logins: id, state, expiry), inactive, warnings, problems; the
                    same exit codes
+  --exposure       instead, list what another process of your user (an agent not run with
+                   keybroker run --isolate) can read now, each with its fix, never a value: the
+                   .env files and file: secrets the rules read, the home's secret files, and
+                   running brokers (or the processes that started them) whose environment holds
+                   a key. Exits 1 when a key is in a process environment or in a file outside
+                   the home; the home's own files are listed but do not fail it. With --json:
+                   { items: [{ what, holds, fix, exposed }], notes }
 
 Environment: the variables that hold your credentials, and INFISICAL_CLIENT_ID /
 INFISICAL_CLIENT_SECRET when sources.infisical uses them.
 
 ${COMMON_HELP}`,
   async run(argv) {
-    const { values } = parse(argv, { json: { type: "boolean" } });
+    const { values } = parse(argv, { json: { type: "boolean" }, exposure: { type: "boolean" } });
     const ctx = createContext(values);
     const json = values.json === true;
+    if (values.exposure === true) {
+      const report = findExposure(ctx, readRules(ctx, values.config).rules);
+      if (json) ctx.out(JSON.stringify(report, null, 2));
+      else for (const line of exposureLines(report)) ctx.out(line);
+      return report.items.some((i) => i.exposed) ? 1 : 0;
+    }
     let rules: Rules;
     try {
       rules = readRules(ctx, values.config).rules;

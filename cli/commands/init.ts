@@ -11,17 +11,20 @@ import { createContext } from "../context.js";
 export const STARTER_RULES = `# keybroker rule file (see the README, "Rule file").
 # Without any providers: entry the embedded catalogue serves (openai, anthropic, gemini, ...):
 # each is active when its usual variable (OPENAI_API_KEY, ...) has a value.
+# Keep the real keys in the home's .env (~/.keybroker/.env, KEY=value lines, mode 0600), not in a
+# project's ./.env or your shell's exports: agents read the folders they work in, and
+# keybroker run --isolate hides the home from them (keybroker check --exposure lists the rest).
 version: 1
 listen: 127.0.0.1:8899
 intercept: providers
 
 providers:
   # openai:
-  #   credentials: [OPENAI_API_KEY, OPENAI_API_KEY_2]   # a pool; bare name = .env, then the environment
+  #   credentials: [OPENAI_API_KEY, OPENAI_API_KEY_2]   # a pool; bare name = .env (./.env, then the home's), then the environment
   # my-api:
   #   hosts: [api.example.com]
   #   inject: { header: authorization, format: "Bearer {secret}" }
-  #   credentials: ["file:~/.secrets/my-api"]
+  #   credentials: ["file:~/.keybroker/secrets/my-api"]
 
 clients:
   default: { providers: "*" }
@@ -53,12 +56,12 @@ ${COMMON_HELP}`,
     // A home given with --home must be given to the next commands too.
     const home = values.home === undefined ? "" : ` --home ${values.home}`;
     ctx.out("Next:");
-    ctx.out(
-      `  1. keep your real keys where the broker reads them (environment or .env), then: keybroker check${home}`,
-    );
+    ctx.out(`  1. put your real keys in ${join(ctx.home, ".env")} (KEY=value lines, mode 0600), not in a`);
+    ctx.out(`     project's ./.env or your shell's exports, then: keybroker check${home}`);
     ctx.out(`  2. keybroker start${home}                 # runs the broker on 127.0.0.1:8899`);
     ctx.out(`  3. keybroker run${home} -- <your agent>   # the agent gets placeholders, never the keys`);
     ctx.out(`     or in the agent's shell: eval "$(keybroker env${home})"`);
+    ctx.out(`     on Linux, keybroker run --isolate also hides the home and the broker from the agent`);
     return 0;
   },
 };

@@ -10,6 +10,7 @@ import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-s
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker, localRuntime, readRulesIsolated } from "../context.js";
+import { hideSecretsFromEnviron } from "../hide-environ.js";
 import { resolvedSecrets, stripSecrets } from "../strip-secrets.js";
 
 export const run: Command = {
@@ -86,6 +87,9 @@ ${COMMON_HELP}`,
       }
       secrets = resolvedSecrets(broker.runtime);
     }
+    // The command could read this process's /proc/<pid>/environ: nothing to find there (decision 119).
+    const exposed = hideSecretsFromEnviron(rules, secrets);
+    if (exposed !== undefined) ctx.err(`keybroker run: warning: ${exposed}`);
     const env: NodeJS.ProcessEnv = { ...ctx.env };
     const copies = stripSecrets(env, [...view.secretVariables, ...secretVariableNames(rules)], secrets);
     if (copies.length > 0) {

@@ -10,6 +10,8 @@ import { describeAttempts } from "../../secrets/resolver.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext, readRulesIsolated } from "../context.js";
+import { hideSecretsFromEnviron } from "../hide-environ.js";
+import { resolvedSecrets } from "../strip-secrets.js";
 
 function alreadyRunning(where: string, pid: number): string {
   return `a keybroker of this home (pid ${pid}) already listens on ${where}: stop it, or pick another --port`;
@@ -29,7 +31,8 @@ and the old rules stay. SIGINT/SIGTERM (or keybroker stop) stop it, with a last 
 
 Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), KEYBROKER_LOG_FORMAT
 (pretty on a terminal, else json), KEYBROKER_ACCESS_LOG=1 (a log line per request), and the variables
-that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...). KEYBROKER_V8_TUNING=off
+that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...): once read, they show empty in
+the broker's /proc/<pid>/environ (better still, keep the keys in the home's .env). KEYBROKER_V8_TUNING=off
 keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
 replaces their flag list.
 
@@ -60,6 +63,12 @@ ${COMMON_HELP}`,
       advertise: true,
       reloadRules: () => reloadRules(),
     });
+    // Secrets read: nothing left for other processes in /proc/<pid>/environ (decision 119).
+    const hide = () => {
+      const warning = hideSecretsFromEnviron(broker.runtime.rules, resolvedSecrets(broker.runtime));
+      if (warning !== undefined) ctx.log.warn(warning);
+    };
+    hide();
     try {
       await broker.listen();
     } catch (err) {
@@ -99,6 +108,7 @@ ${COMMON_HELP}`,
       reloading = reloading.then(async () => {
         try {
           await broker.reload(await loadRulesIsolated(path));
+          hide();
           ctx.log.info({ rules: path ?? "embedded default catalogue", why }, "rules reloaded");
         } catch (err) {
           const message = err instanceof RuleFileError ? err.message : (err as Error).message;

@@ -44,6 +44,25 @@ describe("keybroker init and ca", () => {
     ).toBe(0);
   });
 
+  it("tells to keep the keys in the home's .env, where check finds them (SPEC §20)", () => {
+    // Not scanned for secrets: the key belongs in this home's .env.
+    const h = tempHome();
+    const r = cli(["init", "--home", h]);
+    const homeEnv = join(h, ".env");
+    expect(r.stdout).toContain(
+      `  1. put your real keys in ${homeEnv} (KEY=value lines, mode 0600), not in a\n`,
+    );
+    expect(r.stdout).toContain("project's ./.env or your shell's exports");
+    expect(readFileSync(join(h, "keybroker.yaml"), "utf8")).toContain(
+      "Keep the real keys in the home's .env",
+    );
+    // Done as told, from any folder: the key is found there.
+    writeFileSync(homeEnv, `OPENAI_API_KEY=${REAL_OPENAI}\n`, { mode: 0o600 });
+    const check = cli(["check", "--home", h, "--config", join(h, "keybroker.yaml")], { cwd: home() });
+    expect(check.status, check.stderr).toBe(0);
+    expect(check.stdout).toMatch(/OPENAI_API_KEY.*from dotenv/);
+  });
+
   it("prints the CA path, its PEM, and a bundle with the system roots", () => {
     const h = home();
     const path = cli(["ca", "path", "--home", h]).stdout.trim();
