@@ -1,7 +1,9 @@
 // The admin page at /admin/ on the broker's listener (SPEC §16): login (one-time link, password,
-// admin token), sessions, and the views and actions of admin/views.ts. Plain server-rendered
-// HTML; a small script (admin/static/admin.js) refreshes each view's live part. Every answer
-// carries a strict Content-Security-Policy; every change needs the session's CSRF token.
+// admin token), sessions, and the views and actions of admin/views.ts. Server-rendered HTML that
+// the page's script (admin/static/admin.js) fetches with the session's page secret in a header:
+// the cookie alone gets only an empty frame (decision 104), since every local process can make
+// the browser send it to a port of its own. Every answer carries a strict
+// Content-Security-Policy; every change needs the session's CSRF token.
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isIP } from "node:net";
@@ -15,6 +17,15 @@ import { answeredBy, callerOfToken } from "./callers.js";
 import { DeviceLogins } from "./device-logins.js";
 import type { AdminHost } from "./host.js";
 import type { Html } from "./html.js";
+import {
+  clientAddress,
+  cookies,
+  pageSecret,
+  Refused,
+  readForm,
+  SECURITY_HEADERS,
+  SESSION_HEADER,
+} from "./page-http.js";
 import { readPasswordHash, verifyPassword } from "./password.js";
 import {
   type AdminRole,
@@ -33,10 +44,12 @@ import {
   auditFrame,
   auditPart,
   type FormContext,
+  loadingPage,
   loginPage,
   messagePage,
   overviewPart,
   pageShell,
+  sessionPage,
   usagePart,
   VIEWS,
   type ViewName,
@@ -48,72 +61,11 @@ export function isAdminPagePath(url: string): boolean {
   return url === PAGE_PREFIX || url.startsWith(`${PAGE_PREFIX}/`) || url.startsWith(`${PAGE_PREFIX}?`);
 }
 
-const CSP = [
-  "default-src 'none'",
-  "script-src 'self'",
-  "style-src 'self'",
-  "img-src 'self'",
-  "connect-src 'self'",
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-  "base-uri 'none'",
-].join("; ");
-
-const SECURITY_HEADERS = {
-  "content-security-policy": CSP,
-  "x-content-type-options": "nosniff",
-  "x-frame-options": "DENY",
-  "referrer-policy": "same-origin",
-  "cross-origin-opener-policy": "same-origin",
-  "cross-origin-resource-policy": "same-origin",
-  "cache-control": "no-store",
-};
-
 const STATIC: Record<string, string> = {
   "admin.css": "text/css; charset=utf-8",
   "admin.js": "text/javascript; charset=utf-8",
   "icon.svg": "image/svg+xml",
 };
-
-const MAX_FORM_BYTES = 16 * 1024;
-
-class Refused extends Error {
-  constructor(
-    readonly status: number,
-    readonly title: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-function cookies(req: IncomingMessage): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const part of (req.headers.cookie ?? "").split(";")) {
-    const eq = part.indexOf("=");
-    if (eq > 0) out.set(part.slice(0, eq).trim(), part.slice(eq + 1).trim());
-  }
-  return out;
-}
-
-async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
-  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  let size = 0;
-  const chunks: Buffer[] = [];
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_FORM_BYTES) throw new Refused(413, "Form too large", "The form sent more than 16 KiB.");
-    chunks.push(chunk);
-  }
-  if (type !== "application/x-www-form-urlencoded") {
-    throw new Refused(415, "Not a form", "Changes are sent by the page's forms.");
-  }
-  return new URLSearchParams(Buffer.concat(chunks).toString("utf8"));
-}
-
-function clientAddress(req: IncomingMessage): string {
-  return (req.socket.remoteAddress ?? "unknown").replace(/^::ffff:/, "");
-}
 
 export class AdminPage {
   readonly sessions: Sessions;
@@ -168,23 +120,34 @@ export class AdminPage {
         if (method === "POST") return await this.#login(req, res, secure);
         return await this.#loginForm(req, res, url.searchParams.get("code") ?? undefined, secure);
       }
+      const view = (Object.keys(VIEWS) as ViewName[]).find((v) => VIEWS[v].path === path);
+      const cookie = cookies(req).get(this.#cookieName());
+      const secret = pageSecret(req);
+      // The cookie alone (a browser sends it to every port of this host): an empty frame whose
+      // script loads the view with the page secret, or the login page; never data, never a change.
+      if (secret === undefined) {
+        if (method === "POST") {
+          throw new Refused(
+            403,
+            "Refused",
+            "Changes are accepted only from the admin page's own script; nothing was done. Open the admin page and try again.",
+          );
+        }
+        if (cookie === undefined || view === undefined) return this.#redirect(res, "/admin/login");
+        return this.#send(res, 200, loadingPage(VIEWS[view].title));
+      }
       // The live parts' polling is not use: an open tab alone does not keep a session alive.
       const poll = path.startsWith("/admin/part/");
-      const session = await this.sessions.use(cookies(req).get(this.#cookieName()), !poll);
+      const session = await this.sessions.use(cookie, secret, !poll);
       if (session === undefined) {
-        if (path.startsWith("/admin/part/")) {
-          res.writeHead(401, { ...SECURITY_HEADERS, "content-type": "text/plain; charset=utf-8" });
-          res.end("log in again");
-          return;
-        }
-        if (method === "GET") return this.#redirect(res, "/admin/login");
-        throw new Refused(403, "Logged out", "Your session ended; log in again.");
+        res.writeHead(401, { ...SECURITY_HEADERS, "content-type": "text/plain; charset=utf-8" });
+        res.end("log in again");
+        return;
       }
       if (!poll) this.#touchCookie(req, res, secure);
       if (method === "POST") return await this.#change(req, res, session, path, secure);
       if (method !== "GET" && method !== "HEAD")
         throw new Refused(405, "Not allowed", `${method} is not used here.`);
-      const view = (Object.keys(VIEWS) as ViewName[]).find((v) => VIEWS[v].path === path);
       if (view !== undefined) return await this.#view(res, session, view, url.searchParams);
       if (path.startsWith("/admin/part/")) {
         const part = path.slice("/admin/part/".length) as ViewName;
@@ -231,6 +194,7 @@ export class AdminPage {
     const body = Buffer.from(page.text);
     res.writeHead(status, {
       ...SECURITY_HEADERS,
+      vary: SESSION_HEADER,
       "content-type": "text/html; charset=utf-8",
       "content-length": body.length,
     });
@@ -290,16 +254,34 @@ export class AdminPage {
     );
   }
 
-  /** Which role a password or token logs in as, or undefined. */
-  async #check(secret: string): Promise<{ role: AdminRole; via: string; client?: string } | undefined> {
-    const hash = await readPasswordHash(this.#host.home).catch(() => undefined);
-    if (hash !== undefined && (await verifyPassword(secret, hash).catch(() => false)))
-      return { role: "owner", via: "password" };
-    // The home's admin token, or a client's token with the client's role when it may use the page.
+  /** The role a token logs in as: the home's admin token, or an owner or admin client's. */
+  #tokenLogin(secret: string): Login | undefined {
     const caller = callerOfToken(this.#host, this.#adminToken, secret);
     if (caller === undefined || (caller.role !== "owner" && caller.role !== "admin")) return undefined;
     const client = caller.by.startsWith("client ") ? caller.by.slice(7) : undefined;
     return { role: caller.role, via: caller.by, ...(client === undefined ? {} : { client }) };
+  }
+
+  /** Whether `secret` is the password: counted and bounded by the limiter first (decision 105). */
+  async #passwordLogin(secret: string, address: string): Promise<Login | { refused: string } | undefined> {
+    const ticket = this.#limiter.begin(address);
+    if (!ticket.ok) {
+      const refused =
+        ticket.why === "locked"
+          ? `Too many failed logins from ${address}: try again in ${Math.ceil(ticket.waitSeconds / 60)} min, or log in with the one-time link of keybroker admin or a token.`
+          : ticket.why === "busy"
+            ? `Another password from ${address} is being checked: try again in a moment.`
+            : "Too many passwords are being checked at once: try again in a moment.";
+      return { refused };
+    }
+    let ok = false;
+    try {
+      const hash = await readPasswordHash(this.#host.home).catch(() => undefined);
+      ok = hash !== undefined && (await verifyPassword(secret, hash).catch(() => false));
+    } finally {
+      ticket.done(ok);
+    }
+    return ok ? { role: "owner", via: "password" } : undefined;
   }
 
   async #login(req: IncomingMessage, res: ServerResponse, secure: boolean): Promise<void> {
@@ -314,12 +296,9 @@ export class AdminPage {
     } catch (err) {
       return form(err instanceof Refused ? err.message : "The login form could not be read.", 400);
     }
-    const wait = this.#limiter.waitSeconds(address);
-    if (wait > 0) {
-      return form(`Too many failed logins from ${address}: try again in ${Math.ceil(wait / 60)} min.`, 429);
-    }
+    // Links and tokens first: they are never locked out by failed passwords (decision 105).
     const code = fields.get("code");
-    let who: { role: AdminRole; via: string; client?: string } | undefined;
+    let who: Login | undefined;
     let failure = "wrong password or token";
     if (code !== null) {
       if (!isLoopbackHost(address)) failure = "one-time link used off loopback";
@@ -327,26 +306,29 @@ export class AdminPage {
       else failure = "one-time link unknown, used or expired";
     } else {
       const secret = fields.get("secret") ?? "";
-      if (secret !== "") who = await this.#check(secret);
-      else failure = "empty password";
+      if (secret === "") failure = "empty password";
+      else {
+        const checked = this.#tokenLogin(secret) ?? (await this.#passwordLogin(secret, address));
+        if (checked !== undefined && "refused" in checked) return form(checked.refused, 429);
+        who = checked;
+      }
     }
     if (who === undefined) {
-      this.#limiter.fail(address);
       this.#host.audit({ decision: "admin_login_failed", reason: `from ${address}: ${failure}` });
       const again = failure.startsWith("one-time")
         ? `That ${failure.replace("one-time link", "one-time link is")}: run keybroker admin for a new one, or use the password.`
         : "That password or token is not right.";
       return form(again, 401);
     }
-    this.#limiter.succeed(address);
-    const { cookie } = await this.sessions.create(who.role, who.via);
+    const { cookie, secret } = await this.sessions.create(who.role, who.via);
     this.#host.audit({
       decision: "admin_login",
       ...(who.client === undefined ? {} : { client: who.client }),
       reason: `from ${address} by ${who.via} as ${who.role}`,
     });
     this.#setCookie(res, cookie, IDLE_MS / 1000, secure);
-    this.#redirect(res, "/admin/");
+    // The page secret reaches the page's script here only; it keeps it in the origin's storage.
+    this.#send(res, 200, sessionPage(secret, "/admin/"));
   }
 
   /** A change must come from this page: no other origin, no other site. */
@@ -389,7 +371,7 @@ export class AdminPage {
       );
     }
     if (path === "/admin/logout") {
-      await this.sessions.end(cookies(req).get(this.#cookieName()));
+      await this.sessions.end(cookies(req).get(this.#cookieName()), pageSecret(req));
       this.#host.audit({ decision: "admin_logout", reason: `from ${clientAddress(req)} (${session.via})` });
       this.#setCookie(res, "", 0, secure);
       return this.#redirect(res, "/admin/login");
@@ -555,6 +537,12 @@ export class AdminPage {
         return actionsPart(this.#devices.list);
     }
   }
+}
+
+interface Login {
+  role: AdminRole;
+  via: string;
+  client?: string;
 }
 
 function splitTarget(target: string): [string, string] {

@@ -1,7 +1,8 @@
-// Admin page sessions (SPEC §16): a random id in an HttpOnly, SameSite=Strict cookie, an idle
-// timeout of 12 h that slides on use (the cookie keeps its value: no rotation, no expiry loop in
-// the browser), a CSRF token per session, one-time login links, and a limit on failed logins per
-// address. Sessions sit behind SessionStore, so the fleet work can keep them in Redis.
+// Admin page sessions (SPEC §16): two random values, one in an HttpOnly, SameSite=Strict cookie
+// and one kept by the page's script in the origin's own storage and sent as a header (decision
+// 104: cookies ignore ports, so the cookie alone must find nothing). An idle timeout of 12 h
+// slides on use (the values stay: no rotation, no expiry loop in the browser), a CSRF token per
+// session, one-time login links. Sessions sit behind SessionStore, so a fleet keeps them in Redis.
 import { createHash, randomBytes } from "node:crypto";
 import { sameToken } from "../core/same-token.js";
 
@@ -12,7 +13,7 @@ export const COOKIE = "kb_admin";
 export type AdminRole = "owner" | "admin";
 
 export interface Session {
-  /** sha256 of the cookie's value: a dump of the store holds no usable cookie. */
+  /** sessionKey(cookie, page secret): a dump of the store holds neither, and the cookie alone finds nothing. */
   readonly key: string;
   readonly role: AdminRole;
   /** How the session began: "link", "password", "admin token", "client <name>". */
@@ -56,6 +57,11 @@ function keyOf(value: string): string {
   return createHash("sha256").update(value).digest("hex");
 }
 
+/** Where a session is stored: the hash of both halves, so neither alone can look it up. */
+export function sessionKey(cookie: string, secret: string): string {
+  return keyOf(`${cookie}\n${secret}`);
+}
+
 export { sameToken };
 
 export class Sessions {
@@ -67,12 +73,16 @@ export class Sessions {
     this.#store = store;
   }
 
-  /** Starts a session; the returned value goes in the cookie and nowhere else. */
-  async create(role: AdminRole, via: string): Promise<{ cookie: string; session: Session }> {
+  /**
+   * Starts a session: `cookie` goes in the cookie and nowhere else, `secret` to the page's script
+   * once (the login answer), which keeps it in the origin's storage.
+   */
+  async create(role: AdminRole, via: string): Promise<{ cookie: string; secret: string; session: Session }> {
     const cookie = randomBytes(32).toString("base64url");
+    const secret = randomBytes(32).toString("base64url");
     const now = Date.now();
     const session: Session = {
-      key: keyOf(cookie),
+      key: sessionKey(cookie, secret),
       role,
       via,
       csrf: randomBytes(24).toString("base64url"),
@@ -80,13 +90,17 @@ export class Sessions {
       lastSeen: now,
     };
     await this.#store.put(session);
-    return { cookie, session };
+    return { cookie, secret, session };
   }
 
-  /** The live session of a cookie value (its idle time moved forward when `slide`); undefined when none. */
-  async use(cookie: string | undefined, slide = true): Promise<Session | undefined> {
-    if (cookie === undefined || cookie === "") return undefined;
-    const key = keyOf(cookie);
+  /** The live session of a cookie and page secret (its idle time moved forward when `slide`); undefined when none. */
+  async use(
+    cookie: string | undefined,
+    secret: string | undefined,
+    slide = true,
+  ): Promise<Session | undefined> {
+    if (cookie === undefined || cookie === "" || secret === undefined || secret === "") return undefined;
+    const key = sessionKey(cookie, secret);
     const session = await this.#store.get(key);
     if (session === undefined) return undefined;
     const now = Date.now();
@@ -105,9 +119,9 @@ export class Sessions {
     return this.#store.put(session);
   }
 
-  async end(cookie: string | undefined): Promise<Session | undefined> {
-    if (cookie === undefined) return undefined;
-    const key = keyOf(cookie);
+  async end(cookie: string | undefined, secret: string | undefined): Promise<Session | undefined> {
+    if (cookie === undefined || secret === undefined) return undefined;
+    const key = sessionKey(cookie, secret);
     const session = await this.#store.get(key);
     await this.#store.delete(key);
     return session;
@@ -131,35 +145,66 @@ export class Sessions {
   }
 }
 
-/** Failed logins per address: `max` in a window of `windowMs`, then refused until it passes. */
+/** What LoginLimiter.begin answers: a check that may run (end it with `done`), or why not. */
+export type LoginTicket =
+  | { readonly ok: true; done(success: boolean): void }
+  | { readonly ok: false; readonly why: "locked" | "busy" | "crowded"; readonly waitSeconds: number };
+
+/**
+ * Password checks per address (decision 105): at most `max` failures in `windowMs`, counted when
+ * a check starts (so parallel guesses count) and kept unless that very check succeeds: a success
+ * takes back only its own count, never the failures of others at the same address (on loopback
+ * every local process shares it). One check at a time per address and `maxRunning` in all, so
+ * scrypt never takes more than that many of libuv's threads from the proxy; the rest are refused
+ * at once. Only passwords go through here: one-time links and tokens are never locked out.
+ */
 export class LoginLimiter {
   readonly #fails = new Map<string, number[]>();
+  readonly #busy = new Set<string>();
+  #running = 0;
   readonly #max: number;
   readonly #windowMs: number;
+  readonly #maxRunning: number;
 
-  constructor(max = 5, windowMs = 15 * 60 * 1000) {
+  constructor(max = 5, windowMs = 15 * 60 * 1000, maxRunning = 2) {
     this.#max = max;
     this.#windowMs = windowMs;
+    this.#maxRunning = maxRunning;
   }
 
-  /** Seconds until `address` may try again (0: it may now). */
-  waitSeconds(address: string): number {
+  /** Checks now running (for tests of the bound). */
+  get running(): number {
+    return this.#running;
+  }
+
+  begin(address: string): LoginTicket {
     const now = Date.now();
     const recent = (this.#fails.get(address) ?? []).filter((t) => now - t < this.#windowMs);
-    if (recent.length === 0) this.#fails.delete(address);
-    else this.#fails.set(address, recent);
-    if (recent.length < this.#max) return 0;
-    return Math.ceil((recent[0]! + this.#windowMs - now) / 1000);
-  }
-
-  fail(address: string): void {
-    const list = this.#fails.get(address) ?? [];
-    list.push(Date.now());
+    if (recent.length >= this.#max) {
+      this.#fails.set(address, recent);
+      return { ok: false, why: "locked", waitSeconds: Math.ceil((recent[0]! + this.#windowMs - now) / 1000) };
+    }
+    if (this.#busy.has(address)) return { ok: false, why: "busy", waitSeconds: 1 };
+    if (this.#running >= this.#maxRunning) return { ok: false, why: "crowded", waitSeconds: 1 };
     if (this.#fails.size > 10_000) this.#fails.clear();
-    this.#fails.set(address, list.slice(-this.#max));
-  }
-
-  succeed(address: string): void {
-    this.#fails.delete(address);
+    recent.push(now);
+    this.#fails.set(address, recent);
+    this.#busy.add(address);
+    this.#running++;
+    let ended = false;
+    return {
+      ok: true,
+      done: (success: boolean) => {
+        if (ended) return;
+        ended = true;
+        this.#busy.delete(address);
+        this.#running--;
+        if (!success) return;
+        const list = this.#fails.get(address) ?? [];
+        const mine = list.indexOf(now);
+        if (mine !== -1) list.splice(mine, 1);
+        if (list.length === 0) this.#fails.delete(address);
+      },
+    };
   }
 }

@@ -122,6 +122,27 @@ ${opts.tls ? "" : html`<p class="hint small">Served on loopback; off loopback th
   );
 }
 
+/**
+ * What a view's address answers to the cookie alone (decision 104): a frame with no data, whose
+ * script loads the view again with the session's page secret (or goes to the login page).
+ */
+export function loadingPage(title: string): Html {
+  return documentShell(
+    title,
+    html`<main class="login-box" data-load><div class="brand big"><span class="logo" aria-hidden="true"></span>keybroker</div><p class="hint">Loading…</p></main>`,
+    "login",
+  );
+}
+
+/** The answer to a login: the page's script keeps the page secret in this origin's storage, then opens `next`. */
+export function sessionPage(secret: string, next: string): Html {
+  return documentShell(
+    "Logging in",
+    html`<main class="login-box" data-session="${secret}" data-next="${next}"><div class="brand big"><span class="logo" aria-hidden="true"></span>keybroker</div><p class="hint">Logging in…</p></main>`,
+    "login",
+  );
+}
+
 /** A page for a refused request (a form without its CSRF token, an unknown path). */
 export function messagePage(title: string, text: string): Html {
   return documentShell(

@@ -744,6 +744,13 @@ export class Broker implements AdminHost {
         void this.#metricsEndpoint.handle(req, res, () => this.#assertLocalCaller(req));
         return;
       }
+      // The root leads to the admin page, by whatever address a person opened (SPEC §16: never
+      // an error where a form belongs); the page then checks its callers itself.
+      if (url === "/" && (req.method === "GET" || req.method === "HEAD") && !this.#rt.providerForMount("/")) {
+        res.writeHead(303, { location: "/admin/" });
+        res.end();
+        return;
+      }
       if (url.startsWith("/")) this.#assertLocalCaller(req);
       if (url.startsWith(ADMIN_PREFIX)) {
         void handleAdmin(this, this.#adminToken, req, res, this.#adminPage);

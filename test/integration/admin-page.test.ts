@@ -281,13 +281,21 @@ describe("admin page", () => {
       .toBeGreaterThan(before);
     await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
 
-    // A change without the page's CSRF token is refused and changes nothing.
+    // A change with the cookie alone is refused, and so is one with the page secret but without
+    // the page's CSRF token: neither changes anything.
     const forged = await context.request.post(new URL("/admin/do/reset", url).href, {
       form: { provider: "openai", credential: "KEY_A" },
       maxRedirects: 0,
     });
     expect(forged.status()).toBe(403);
-    expect(await forged.text()).toMatch(/CSRF/);
+    expect(await forged.text()).toMatch(/only from the admin page&#39;s own script; nothing was done/);
+    const noCsrf = await context.request.post(new URL("/admin/do/reset", url).href, {
+      form: { provider: "openai", credential: "KEY_A" },
+      headers: { "x-keybroker-session": (await page.evaluate('localStorage.getItem("kb_admin")')) as string },
+      maxRedirects: 0,
+    });
+    expect(noCsrf.status()).toBe(403);
+    expect(await noCsrf.text()).toMatch(/CSRF/);
     expect((await states()).KEY_A).toBe("usage_limit_reached");
 
     // Reset from the page.
@@ -411,16 +419,16 @@ describe("admin page", () => {
         dispatcher: tls,
       });
     const byToken = await login(BOSS_TOKEN);
-    await byToken.body.text();
-    expect(byToken.statusCode).toBe(303);
+    expect(await byToken.body.text()).toMatch(/data-session="[\w-]{43}"/);
+    expect(byToken.statusCode).toBe(200);
     expect(String(byToken.headers["set-cookie"])).toMatch(/HttpOnly; SameSite=Strict; Max-Age=43200; Secure/);
     // An admin client's session may reset marks but not reload the rules (owners only).
     const byOps = await login(OPS_TOKEN);
-    await byOps.body.text();
-    expect(byOps.statusCode).toBe(303);
+    const opsSecret = /data-session="([^"]+)"/.exec(await byOps.body.text())![1]!;
+    expect(byOps.statusCode).toBe(200);
     const opsCookie = String(byOps.headers["set-cookie"]).split(";")[0]!;
     const actions = await request(`${base}/admin/actions`, {
-      headers: { cookie: opsCookie },
+      headers: { cookie: opsCookie, "x-keybroker-session": opsSecret },
       dispatcher: tls,
     });
     const actionsPage = await actions.body.text();
@@ -429,7 +437,12 @@ describe("admin page", () => {
     const change = (what: string) =>
       request(`${base}/admin/do/${what}`, {
         method: "POST",
-        headers: { cookie: opsCookie, origin: base, "content-type": "application/x-www-form-urlencoded" },
+        headers: {
+          cookie: opsCookie,
+          "x-keybroker-session": opsSecret,
+          origin: base,
+          "content-type": "application/x-www-form-urlencoded",
+        },
         body: new URLSearchParams({ csrf, provider: "openai" }).toString(),
         dispatcher: tls,
       });

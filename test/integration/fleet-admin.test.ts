@@ -5,14 +5,20 @@
 // state, says `degraded since …` while Redis is frozen (the signed-in person keeps working from
 // the broker's memory) and stops saying it once Redis answers again.
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { Redis } from "ioredis";
 import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import { type AdminAnswer, adminRequest, cookieOf, csrfOf } from "../helpers/admin-http.js";
+import { sessionKey } from "../../admin/sessions.js";
+import {
+  type AdminAnswer,
+  type AdminSession,
+  adminRequest,
+  csrfOf,
+  sessionOf,
+} from "../helpers/admin-http.js";
 import {
   type BrokerProcess,
   CLI,
@@ -37,11 +43,11 @@ const brokers: BrokerProcess[] = [];
 /** Everything the admin pages answered, for the secret scan. */
 const pages: string[] = [];
 
-/** One request to a broker's admin page with the session cookie. */
+/** One request to a broker's admin page with the session (cookie and page secret). */
 function adminPage(
   i: number,
   path: string,
-  cookie?: string,
+  cookie?: AdminSession,
   form?: Record<string, string>,
 ): Promise<AdminAnswer> {
   return adminRequest(brokers[i]!.port, path, cookie, form, pages);
@@ -111,8 +117,8 @@ afterAll(async () => {
 describe("admin sessions shared on Redis", () => {
   it("a session started on broker 1 works on broker 2 with its CSRF token; a logout on broker 2 ends it on broker 1", async () => {
     const login = await adminPage(0, "/admin/login", undefined, { secret: PASSWORD });
-    expect(login.status, login.text).toBe(303);
-    const cookie = cookieOf(login.setCookie);
+    expect(login.status, login.text).toBe(200);
+    const cookie = sessionOf(login);
     expect(cookie).toBeDefined();
 
     const one = await adminPage(0, "/admin/", cookie);
@@ -137,18 +143,19 @@ describe("admin sessions shared on Redis", () => {
     // The outcome's message went into the shared session: broker 1 shows it.
     expect((await adminPage(0, "/admin/", cookie)).text).toContain("pooled: no marks to clear.");
 
-    // The session's Redis key is the cookie's hash, and expires after the idle time, sliding on use.
-    const key = `${PREFIX}session:${createHash("sha256").update(cookie!).digest("hex")}`;
+    // The session's Redis key is the hash of cookie and page secret, and expires after the idle
+    // time, sliding on use.
+    const key = `${PREFIX}session:${sessionKey(cookie!.cookie, cookie!.secret)}`;
     await raw.pexpire(key, 60_000);
     expect((await adminPage(1, "/admin/approvals", cookie)).status).toBe(200);
     expect(await raw.pttl(key)).toBeGreaterThan(11 * 3600_000);
 
     // Nothing in Redis is usable: no cookie, no CSRF token, no password, token or key.
-    expect(await redisLeaks(raw, [cookie!, csrf, ...secrets()])).toEqual([]);
+    expect(await redisLeaks(raw, [cookie!.cookie, cookie!.secret, csrf, ...secrets()])).toEqual([]);
 
     const out = await adminPage(1, "/admin/logout", cookie, { csrf });
     expect(out).toMatchObject({ status: 303, location: "/admin/login" });
-    expect(await adminPage(0, "/admin/", cookie)).toMatchObject({ status: 303, location: "/admin/login" });
+    expect(await adminPage(0, "/admin/", cookie)).toMatchObject({ status: 401 });
     expect(await raw.exists(key)).toBe(0);
   });
 
@@ -158,7 +165,7 @@ describe("admin sessions shared on Redis", () => {
     const context = await browser.newContext();
     const page = await context.newPage();
     page.setDefaultTimeout(10_000);
-    let lateCookie: string | undefined;
+    let lateCookie: AdminSession | undefined;
     page.on("response", (res) => {
       if (res.status() < 300 || res.status() >= 400)
         void res.text().then(
@@ -186,8 +193,8 @@ describe("admin sessions shared on Redis", () => {
       await expect(fact.textContent()).resolves.toMatch(/degraded since/);
       // A login while Redis is away works on this broker, and reaches the fleet once Redis is back.
       const login = await adminPage(0, "/admin/login", undefined, { secret: PASSWORD });
-      expect(login.status).toBe(303);
-      lateCookie = cookieOf(login.setCookie);
+      expect(login.status).toBe(200);
+      lateCookie = sessionOf(login);
       expect((await adminPage(0, "/admin/", lateCookie)).status).toBe(200);
     } finally {
       process.kill(redis.pid!, "SIGCONT");
@@ -197,13 +204,18 @@ describe("admin sessions shared on Redis", () => {
     // Still logged in, on both brokers (the session went to Redis again once it answered).
     await page.reload();
     await expect(page.locator("h1").textContent()).resolves.toBe("Overview");
-    const cookie = (await context.cookies()).find((c) => c.name === `kb_admin_${brokers[0]!.port}`)!.value;
+    const cookie = {
+      cookie: (await context.cookies()).find((c) => c.name === `kb_admin_${brokers[0]!.port}`)!.value,
+      secret: (await page.evaluate('localStorage.getItem("kb_admin")')) as string,
+    };
     const again = await adminPage(1, "/admin/", cookie);
     expect(again.status).toBe(200);
     expect((await adminPage(1, "/admin/", lateCookie)).status).toBe(200);
     // The session begun with the owner's token, written again after the outage: still nothing usable.
-    expect(await raw.exists(`${PREFIX}session:${createHash("sha256").update(cookie).digest("hex")}`)).toBe(1);
-    expect(await redisLeaks(raw, [cookie, csrfOf(again.text)!, ...secrets()])).toEqual([]);
+    expect(await raw.exists(`${PREFIX}session:${sessionKey(cookie.cookie, cookie.secret)}`)).toBe(1);
+    expect(await redisLeaks(raw, [cookie.cookie, cookie.secret, csrfOf(again.text)!, ...secrets()])).toEqual(
+      [],
+    );
     await context.close();
   });
 });

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import { ProxyAgent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminRequest, cookieOf, csrfOf } from "../helpers/admin-http.js";
+import { adminRequest, csrfOf, sessionOf } from "../helpers/admin-http.js";
 import {
   type BrokerProcess,
   cliAsync,
@@ -240,7 +240,7 @@ describe("an MCP server behind keybroker", () => {
     const login = await adminRequest(port, "/admin/login", undefined, {
       code: url.searchParams.get("code")!,
     });
-    const cookie = cookieOf(login.setCookie);
+    const cookie = sessionOf(login);
     expect(cookie, login.text).toBeDefined();
     const actions = await adminRequest(port, "/admin/actions", cookie);
     expect(actions.text).toContain("<option>notes/default</option>");

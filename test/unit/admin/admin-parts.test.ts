@@ -3,7 +3,14 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { html } from "../../../admin/html.js";
 import { hashPassword, verifyPassword } from "../../../admin/password.js";
-import { IDLE_MS, LINK_MS, LoginLimiter, MemorySessionStore, Sessions } from "../../../admin/sessions.js";
+import {
+  IDLE_MS,
+  LINK_MS,
+  LoginLimiter,
+  MemorySessionStore,
+  Sessions,
+  sessionKey,
+} from "../../../admin/sessions.js";
 import { HOUR_MS, Usage } from "../../../admin/usage.js";
 import { knownSecrets } from "../../../audit/scrub.js";
 
@@ -28,21 +35,27 @@ describe("html", () => {
 });
 
 describe("sessions", () => {
-  it("slide on use and end after 12 h idle, with no new cookie value", async () => {
+  it("slide on use and end after 12 h idle, with no new values; the cookie alone finds nothing", async () => {
     vi.useFakeTimers();
     const store = new MemorySessionStore();
     const sessions = new Sessions(store);
-    const { cookie, session } = await sessions.create("owner", "password");
+    const { cookie, secret, session } = await sessions.create("owner", "password");
     expect(await store.get(cookie)).toBeUndefined(); // kept by hash, not by cookie value
+    expect(session.key).toBe(sessionKey(cookie, secret));
+    // Either half alone, or the halves swapped, is no session (decision 104).
+    expect(await sessions.use(cookie, undefined)).toBeUndefined();
+    expect(await sessions.use(cookie, "")).toBeUndefined();
+    expect(await sessions.use(undefined, secret)).toBeUndefined();
+    expect(await sessions.use(secret, cookie)).toBeUndefined();
     vi.advanceTimersByTime(IDLE_MS - 1000);
-    expect((await sessions.use(cookie))?.key).toBe(session.key);
+    expect((await sessions.use(cookie, secret))?.key).toBe(session.key);
     vi.advanceTimersByTime(IDLE_MS - 1000); // 24 h after login, 12 h after last use
-    expect(await sessions.use(cookie)).toBeDefined();
+    expect(await sessions.use(cookie, secret)).toBeDefined();
     // Polling does not slide it.
     vi.advanceTimersByTime(IDLE_MS - 1000);
-    expect(await sessions.use(cookie, false)).toBeDefined();
+    expect(await sessions.use(cookie, secret, false)).toBeDefined();
     vi.advanceTimersByTime(2000);
-    expect(await sessions.use(cookie)).toBeUndefined();
+    expect(await sessions.use(cookie, secret)).toBeUndefined();
   });
 
   it("one-time links work once and expire", () => {
@@ -57,17 +70,42 @@ describe("sessions", () => {
     expect(sessions.spendLink("made-up")).toBe(false);
   });
 
-  it("limits failed logins per address", () => {
+  it("counts a password check when it starts; a success takes back only its own", () => {
+    vi.useFakeTimers();
+    const limiter = new LoginLimiter(3, 60_000, 2);
+    const one = limiter.begin("10.0.0.1");
+    expect(one.ok).toBe(true);
+    // One check at a time per address, two in all: the rest are refused at once.
+    expect(limiter.begin("10.0.0.1")).toMatchObject({ ok: false, why: "busy" });
+    const two = limiter.begin("10.0.0.2");
+    expect(limiter.begin("10.0.0.3")).toMatchObject({ ok: false, why: "crowded" });
+    expect(limiter.running).toBe(2);
+    if (!one.ok || !two.ok) throw new Error("unreachable");
+    one.done(false);
+    two.done(true);
+    two.done(false); // a second done changes nothing
+    expect(limiter.running).toBe(0);
+    // 10.0.0.1 has one failure counted; 10.0.0.2's success took back only its own count.
+    const next = limiter.begin("10.0.0.2");
+    expect(next.ok).toBe(true);
+    if (next.ok) next.done(false);
+  });
+
+  it("locks an address out after max failures, for the window, whatever succeeds meanwhile", () => {
     vi.useFakeTimers();
     const limiter = new LoginLimiter(3, 60_000);
-    for (let i = 0; i < 3; i++) {
-      expect(limiter.waitSeconds("10.0.0.1")).toBe(0);
-      limiter.fail("10.0.0.1");
+    for (let i = 0; i < 2; i++) {
+      const t = limiter.begin("10.0.0.1");
+      if (t.ok) t.done(false);
     }
-    expect(limiter.waitSeconds("10.0.0.1")).toBe(60);
-    expect(limiter.waitSeconds("10.0.0.2")).toBe(0);
+    const ok = limiter.begin("10.0.0.1");
+    if (ok.ok) ok.done(true); // the person's own success leaves the two failures counted
+    const last = limiter.begin("10.0.0.1");
+    if (last.ok) last.done(false);
+    expect(limiter.begin("10.0.0.1")).toMatchObject({ ok: false, why: "locked", waitSeconds: 60 });
+    expect(limiter.begin("10.0.0.2").ok).toBe(true);
     vi.advanceTimersByTime(60_001);
-    expect(limiter.waitSeconds("10.0.0.1")).toBe(0);
+    expect(limiter.begin("10.0.0.1").ok).toBe(true);
   });
 });
 
