@@ -12,10 +12,18 @@ export interface PathProblem {
 export type CanonicalPath = { readonly path: string } | PathProblem;
 
 const HEX = "0123456789ABCDEF";
+
+/** A lookup table over ASCII of the characters `re` matches. */
+function asciiTable(re: RegExp): Uint8Array {
+  const table = new Uint8Array(128);
+  for (let c = 0; c < 128; c++) table[c] = re.test(String.fromCharCode(c)) ? 1 : 0;
+  return table;
+}
+
 /** RFC 3986 unreserved characters: their escapes mean the character itself. */
-const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
-/** What a path segment may hold literally besides unreserved characters (pchar, minus ';'). */
-const SEGMENT_DELIMS = /^[!$&'()*+,=:@]$/;
+const UNRESERVED = asciiTable(/[A-Za-z0-9\-._~]/);
+/** What a path keeps literally: unreserved, sub-delimiters but ';', ':', '@' and '/'. */
+const KEPT = asciiTable(/[A-Za-z0-9\-._~!$&'()*+,=:@/]/);
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -23,9 +31,17 @@ function percentEscape(byte: number): string {
   return `%${HEX[byte >> 4]}${HEX[byte & 15]}`;
 }
 
+function hexDigit(code: number): number {
+  if (code >= 48 && code <= 57) return code - 48;
+  const lower = code | 0x20;
+  return lower >= 97 && lower <= 102 ? lower - 87 : -1;
+}
+
+/** The byte of the two hex digits at `at`, or undefined. */
 function hexValue(raw: string, at: number): number | undefined {
-  const pair = raw.slice(at, at + 2);
-  return /^[0-9A-Fa-f]{2}$/.test(pair) ? Number.parseInt(pair, 16) : undefined;
+  const hi = hexDigit(raw.charCodeAt(at));
+  const lo = hexDigit(raw.charCodeAt(at + 1));
+  return hi < 0 || lo < 0 ? undefined : (hi << 4) | lo;
 }
 
 const INVALID_ESCAPE: PathProblem = {
@@ -72,10 +88,16 @@ const BAD_CHARACTER: PathProblem = {
  */
 export function canonicalPath(raw: string): CanonicalPath {
   let out = "";
+  // Characters from `plain` up to `i` are kept as they are, and copied in one slice.
+  let plain = 0;
   for (let i = 0; i < raw.length; ) {
-    const c = raw[i]!;
     const code = raw.charCodeAt(i);
-    if (c === "%") {
+    if (code < 128 && KEPT[code] === 1) {
+      i++;
+      continue;
+    }
+    out += raw.slice(plain, i);
+    if (code === 0x25) {
       const byte = hexValue(raw, i + 1);
       if (byte === undefined) return INVALID_ESCAPE;
       if (byte >= 0x80) {
@@ -85,7 +107,7 @@ export function canonicalPath(raw: string): CanonicalPath {
         while (b !== undefined && b >= 0x80) {
           bytes.push(b);
           i += 3;
-          b = raw[i] === "%" ? hexValue(raw, i + 1) : undefined;
+          b = raw.charCodeAt(i) === 0x25 ? hexValue(raw, i + 1) : undefined;
         }
         try {
           utf8.decode(Uint8Array.from(bytes));
@@ -93,26 +115,26 @@ export function canonicalPath(raw: string): CanonicalPath {
           return BAD_UTF8;
         }
         for (const x of bytes) out += percentEscape(x);
-        continue;
+      } else {
+        i += 3;
+        if (UNRESERVED[byte] === 1) out += String.fromCharCode(byte);
+        else if (byte === 0x2f) return ENCODED_SLASH;
+        else if (byte === 0x5c) return ENCODED_BACKSLASH;
+        else if (byte === 0x3b) return MATRIX;
+        else if (byte < 0x20 || byte === 0x7f) return CONTROL;
+        else if (byte === 0x25 && hexValue(raw, i) !== undefined) return DOUBLE_ESCAPE;
+        else out += percentEscape(byte);
       }
-      i += 3;
-      const ch = String.fromCharCode(byte);
-      if (UNRESERVED.test(ch)) out += ch;
-      else if (ch === "/") return ENCODED_SLASH;
-      else if (ch === "\\") return ENCODED_BACKSLASH;
-      else if (ch === ";") return MATRIX;
-      else if (byte < 0x20 || byte === 0x7f) return CONTROL;
-      else if (ch === "%" && hexValue(raw, i) !== undefined) return DOUBLE_ESCAPE;
-      else out += percentEscape(byte);
-      continue;
+    } else {
+      i++;
+      if (code === 0x5c) return BACKSLASH;
+      if (code === 0x3b) return MATRIX;
+      if (code <= 0x20 || code >= 0x7f) return BAD_CHARACTER;
+      out += percentEscape(code); // " # < > [ ] ^ ` { | }: escaped, so every server reads them as data
     }
-    i++;
-    if (c === "\\") return BACKSLASH;
-    if (c === ";") return MATRIX;
-    if (code <= 0x20 || code >= 0x7f) return BAD_CHARACTER;
-    if (c === "/" || UNRESERVED.test(c) || SEGMENT_DELIMS.test(c)) out += c;
-    else out += percentEscape(code); // " # < > [ ] ^ ` { | }: escaped, so every server reads them as data
+    plain = i;
   }
+  out += raw.slice(plain);
   return { path: removeDotSegments(out) };
 }
 
