@@ -1,7 +1,7 @@
-// SPEC §3.9, decisions 101-102: toward a provider with policy rules, the request path is put in its
-// one canonical form before anything looks at it, and that form (with the query as sent) is what
-// policy and approvals match and what goes upstream. A path with no such form is refused with
-// 400. Toward providers without policy rules the path goes out as the client sent it.
+// SPEC §3.9, decisions 101-102: toward a provider with policy rules, the request path is put in
+// its one canonical form before anything looks at it, and that form (with the query as sent) is
+// what policy and approvals match and what goes upstream. A path with no such form is refused
+// with 400. Toward providers without policy rules the path goes out as the client sent it.
 import { BrokerError } from "../../core/errors.js";
 import { canonicalPath } from "../../rules/canonical-path.js";
 import type { ProviderRule } from "../../rules/types.js";
