@@ -152,6 +152,8 @@ export function ruleIdentity(rule: PolicyRule): string {
       [...rule.paths],
       sorted(rule.roles),
       sorted(rule.clients),
+      // Only when set, so the ids of rules written before decision 103 stay the same.
+      ...(rule.ignoreCase ? ["case: insensitive"] : []),
     ];
     id = createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 16);
     identities.set(rule, id);

@@ -10,6 +10,7 @@ import { emitHeld, type ForwardResult, forward } from "./forward.js";
 import { setHeader } from "./headers.js";
 import { scrubText } from "./scrub-stream.js";
 import { firstPolicyMatch } from "./stages/apply-policy.js";
+import { policyTarget } from "./stages/canonicalize-path.js";
 import { createPlanInjection } from "./stages/inject.js";
 import { mcpAnswer } from "./stages/mcp.js";
 import { hasAlternatives, prepareAttempt, signRequest } from "./stages/pick-credential.js";
@@ -102,6 +103,7 @@ function mapModel(body: Buffer, models: Readonly<Record<string, string>> | undef
 function fallbackRefusal(x: Exchange, id: string, path: string): string | undefined {
   if (!x.rt.clientAllows(x.client, id)) return `client "${x.client.rule.name}" may not use ${id}`;
   const policy = x.rt.providers.get(id)?.rule.policy ?? [];
+  // The path is canonical already when the fallback has policy rules (fallBack).
   const match = firstPolicyMatch(x, policy, path);
   if (match === undefined) return undefined;
   return `${id}'s policy rule ${match.index + 1} (${match.rule.action}) matches ${match.method} ${match.path}`;
@@ -120,7 +122,13 @@ async function fallBack(
     if (next?.rule.upstream === undefined || x.reverseRest === undefined || x.injection === undefined)
       continue;
     const upstream = new URL(next.rule.upstream);
-    const path = upstream.pathname.replace(/\/$/, "") + x.reverseRest;
+    let path: string;
+    try {
+      path = policyTarget(next.rule, upstream.pathname.replace(/\/$/, "") + x.reverseRest);
+    } catch (err) {
+      log.info({ from, to: id, why: (err as Error).message }, "pool exhausted: fallback skipped");
+      continue;
+    }
     const refusal = fallbackRefusal(x, id, path);
     if (refusal !== undefined) {
       log.info({ from, to: id, why: refusal }, "pool exhausted: fallback skipped");

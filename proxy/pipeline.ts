@@ -1,14 +1,15 @@
 // The request pipeline, in order. Each stage is a small function of the exchange; a stage that
 // refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
 //
-//   limitClientRate → matchProvider → checkHostBinding → checkPlaceholders → checkRole
-//   → applyPolicy → requireAudit → planInjection → planMcp → holdForApproval
+//   limitClientRate → matchProvider → checkHostBinding → canonicalizePath → checkPlaceholders
+//   → checkRole → applyPolicy → requireAudit → planInjection → planMcp → holdForApproval
 //   → readBody → checkBodyPlaceholders → pickCredential → applyHeaderRules → signRequest
 //   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
 import type { Logger } from "../core/log.js";
 import type { Approvals } from "./approvals.js";
 import type { Exchange } from "./exchange.js";
 import { applyPolicy } from "./stages/apply-policy.js";
+import { canonicalizePath } from "./stages/canonicalize-path.js";
 import { checkBodyPlaceholders } from "./stages/check-body-placeholders.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
@@ -39,6 +40,7 @@ export function requestStages(
     createLimitClientRate(),
     matchProvider,
     checkHostBinding,
+    canonicalizePath,
     checkPlaceholders,
     checkRole,
     applyPolicy,

@@ -794,6 +794,8 @@ export class Broker implements AdminHost {
     const res = new ServerResponse(req);
     res.assignSocket(socket);
     res.shouldKeepAlive = false;
+    // A refusal says `Connection: close`; no server hook closes a response made by hand.
+    res.once("finish", () => socket.end());
     try {
       if (!intercepted && (req.url ?? "/").startsWith("/")) this.#assertLocalCaller(req);
       const target = intercepted ? this.#interceptedTarget(req) : this.#outerTarget(req);

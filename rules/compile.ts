@@ -186,6 +186,7 @@ function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
       action,
       methods: list(matcher.method).map((m) => m.toUpperCase()),
       paths: list(matcher.path),
+      ...(matcher.case === "insensitive" ? { ignoreCase: true as const } : {}),
       ...(matcher.roles === undefined ? {} : { roles: list(matcher.roles) }),
       ...(matcher.clients === undefined ? {} : { clients: list(matcher.clients) }),
       ...durationField("timeoutMs", matcher.timeout),

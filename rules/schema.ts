@@ -359,6 +359,8 @@ const policyMatcherSchema = strict({
     matching(/^\/\S*$/, "a path glob", 'a path glob starts with "/", as in "/repos/**"'),
     "a path glob or a list of path globs",
   ).optional(),
+  /** `insensitive`: the paths match in any case, for an API that ignores case in paths. */
+  case: z.enum(["sensitive", "insensitive"]).optional(),
   /** The rule applies only to clients with one of these roles. */
   roles: oneOrMany(role, "a role or a list of roles").optional(),
   /** The rule applies only to these clients. */

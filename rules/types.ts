@@ -35,8 +35,10 @@ export interface PolicyRule {
   readonly action: "deny" | "approve";
   /** Upper-case methods; empty = any. */
   readonly methods: readonly string[];
-  /** Path globs (micromatch), matched against the path without the query; empty = any. */
+  /** Path globs (micromatch), matched against the canonical path without the query; empty = any. */
   readonly paths: readonly string[];
+  /** `case: insensitive`: the paths match whatever the letters' case (an API that ignores it). */
+  readonly ignoreCase?: true;
   /** Only clients with one of these roles; unset = every client. */
   readonly roles?: readonly Role[];
   /** Only these clients; unset = every client. */

@@ -9,39 +9,22 @@ function matches(rule: PolicyRule, x: Exchange, method: string, path: string): b
   if (rule.roles !== undefined && !rule.roles.includes(x.client.rule.role)) return false;
   if (rule.clients !== undefined && !rule.clients.includes(x.client.rule.name)) return false;
   if (rule.methods.length > 0 && !rule.methods.includes(method)) return false;
-  return rule.paths.length === 0 || micromatch.isMatch(path, rule.paths as string[], { dot: true });
+  if (rule.paths.length === 0) return true;
+  return micromatch.isMatch(path, rule.paths as string[], { dot: true, nocase: rule.ignoreCase === true });
 }
 
 /**
- * The path as a server will read it: percent-escapes decoded, `.` and `..` segments resolved,
- * repeated slashes collapsed. Policy matches this form, so `/x/../repos`, `/%72epos` and
- * `//repos` cannot slip past a rule written for `/repos/**`.
+ * The first of `rules` that matches the request sent to `target`, and its place; undefined when
+ * none. `target` is in its canonical form already (canonicalize-path.ts, decision 101).
  */
-export function normalizePath(raw: string): string {
-  let decoded: string;
-  try {
-    decoded = decodeURIComponent(raw);
-  } catch {
-    decoded = raw;
-  }
-  const out: string[] = [];
-  for (const segment of decoded.split("/")) {
-    if (segment === "" || segment === ".") continue;
-    if (segment === "..") out.pop();
-    else out.push(segment);
-  }
-  return "/" + out.join("/") + (decoded.endsWith("/") && out.length > 0 ? "/" : "");
-}
-
-/** The first of `rules` that matches the request sent to `rawPath`, and its place; undefined when none. */
 export function firstPolicyMatch(
   x: Exchange,
   rules: readonly PolicyRule[],
-  rawPath: string,
+  target: string,
 ): { rule: PolicyRule; index: number; method: string; path: string } | undefined {
   const method = (x.req.method ?? "GET").toUpperCase();
-  const q = rawPath.indexOf("?");
-  const path = normalizePath(q === -1 ? rawPath : rawPath.slice(0, q));
+  const q = target.indexOf("?");
+  const path = q === -1 ? target : target.slice(0, q);
   for (let index = 0; index < rules.length; index++) {
     const rule = rules[index]!;
     if (matches(rule, x, method, path)) return { rule, index, method, path };

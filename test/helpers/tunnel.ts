@@ -7,12 +7,18 @@ import type { Socket } from "node:net";
 import { type TLSSocket, connect as tlsConnect } from "node:tls";
 import type { BrokerProcess } from "./broker.js";
 
-export async function openTunnel(broker: BrokerProcess, host: string): Promise<TLSSocket> {
+/** `headers` go with the CONNECT (a client's Proxy-Authorization). */
+export async function openTunnel(
+  broker: BrokerProcess,
+  host: string,
+  headers: Record<string, string> = {},
+): Promise<TLSSocket> {
   const connect = httpRequest({
     host: "127.0.0.1",
     port: broker.port,
     method: "CONNECT",
     path: `${host}:443`,
+    headers,
   });
   connect.end();
   const [res, tunnel] = (await once(connect, "connect")) as [{ statusCode: number }, Socket];

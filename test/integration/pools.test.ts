@@ -10,6 +10,7 @@ import { ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { cliAsync, startBroker } from "../helpers/broker.js";
 import { type Fixture, HOSTS, startFixture } from "../helpers/fixture.js";
+import { brokerError, rawExchange } from "../helpers/raw.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
 const KEYS = {
@@ -234,6 +235,28 @@ fallbacks: { openai: [openrouter] }
     expect(r.status, r.text).toBe(429);
     expect(r.error).toBe("pool_exhausted");
     expect(r.seenOr).toEqual([]);
+    expect(f.broker.stderr()).toContain("fallback skipped");
+  });
+
+  it("(c) takes no fallback with policy rules for a path that has more than one reading (decision 101)", async () => {
+    const f = await fixture(`  openrouter:
+    credentials: [OPENROUTER_API_KEY]
+    policy:
+      - deny: { method: POST, path: "/api/v1/chat/**" }
+fallbacks: { openai: [openrouter] }
+`);
+    // openai has no policy: it gets the path as sent, and every key is out of quota there.
+    const path = "/v1/%63hat/completions/%zz/..";
+    perKey(f.upstream, path, new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
+    const body = '{"model":"gpt-test"}';
+    const text = await rawExchange(
+      f.broker.port,
+      `POST /p/openai${path} HTTP/1.1\r\nHost: 127.0.0.1:${f.broker.port}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    // A server reads it as /api/v1/chat/completions, which openrouter's deny rule refuses.
+    expect(brokerError(text)).toMatchObject({ status: 429, code: "pool_exhausted" });
+    expect(f.upstream.received.filter((r) => r.host === "openrouter.ai")).toEqual([]);
     expect(f.broker.stderr()).toContain("fallback skipped");
   });
 

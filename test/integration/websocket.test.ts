@@ -1,14 +1,21 @@
 // WebSocket upgrades (OpenAI Realtime): the credential is injected into the upgrade request,
 // intercepted and in reverse mode, and frames flow both ways afterwards.
 import { once } from "node:events";
-import { WebSocket } from "undici";
+import { readFileSync } from "node:fs";
+import { ProxyAgent, request, WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { brokerError } from "../helpers/raw.js";
 import { openTunnel } from "../helpers/tunnel.js";
 
 /** Sends a raw upgrade request through the broker's CONNECT tunnel; returns all it answered. */
-async function rawUpgrade(target: string, path: string, authorization: string): Promise<string> {
-  const tls = await openTunnel(f.broker, target);
+async function rawUpgrade(
+  target: string,
+  path: string,
+  authorization: string,
+  connectHeaders: Record<string, string> = {},
+): Promise<string> {
+  const tls = await openTunnel(f.broker, target, connectHeaders);
   tls.write(
     `GET ${path} HTTP/1.1\r\nHost: ${target}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
       `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +
@@ -23,10 +30,42 @@ async function rawUpgrade(target: string, path: string, authorization: string): 
   return text;
 }
 
+const TOKENS = { KB_GUEST_TOKEN: "kb-guest-token-3e5a7c9b1d", KB_WORKER_TOKEN: "kb-worker-token-6b8d0f2a4c" };
+
 let f: Fixture;
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startFixture({
+    // Client tokens, not provider secrets: `keybroker env --client` prints them in its proxy URL
+    // on purpose, so they stay out of the leak scan's list.
+    upstreamEnv: () => TOKENS,
+    extraRules: `clients:
+  default: { providers: "*" }
+  visitor: { token: KB_GUEST_TOKEN, providers: [openai], role: guest }
+  worker: { token: KB_WORKER_TOKEN, providers: [openai], role: user }
+`,
+  });
 });
+
+/** `client`'s openai placeholder, as `keybroker env --client` prints it where its token is set. */
+async function clientPlaceholder(client: string): Promise<string> {
+  const r = await f.cli(["env", "--client", client, "--format", "json"], { env: TOKENS });
+  expect(r.status, r.stderr).toBe(0);
+  return (JSON.parse(r.stdout) as Record<string, string>).OPENAI_API_KEY!;
+}
+
+/** Proxy-Authorization for a client with a token. */
+function proxyAuth(client: string, token: string): string {
+  return `Basic ${Buffer.from(`${client}:${token}`).toString("base64")}`;
+}
+
+/** A ProxyAgent through the broker that authenticates as `client`. */
+function clientAgent(client: string, token: string): ProxyAgent {
+  return new ProxyAgent({
+    uri: f.broker.url,
+    token: proxyAuth(client, token),
+    requestTls: { ca: readFileSync(f.broker.caPath, "utf8") },
+  });
+}
 afterAll(async () => {
   await f?.close();
   expect(f.leaks()).toEqual([]);
@@ -108,5 +147,53 @@ describe("WebSocket upgrades", () => {
     const r = await f.cli(["status", "--json"]);
     const report = JSON.parse(r.stdout) as { providers: { id: string; credentials: { state: string }[] }[] };
     expect(report.providers.find((p) => p.id === "openai")!.credentials[0]!.state).toBe("invalid");
+  });
+
+  it("refuses a guest's upgrade with 403 policy_denied: the upstream sees nothing (SPEC §3.10)", async () => {
+    const ph = await clientPlaceholder("visitor");
+    const dispatcher = clientAgent("visitor", TOKENS.KB_GUEST_TOKEN);
+    const before = f.upstream.received.length;
+    const ws = new WebSocket("wss://api.openai.com/v1/realtime", {
+      dispatcher,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    const events = ws as unknown as NodeJS.EventEmitter;
+    const first = await Promise.race([
+      once(events, "open").then(() => "open"),
+      once(events, "error").then(() => "error"),
+    ]);
+    ws.close();
+    expect(first).toBe("error");
+    await dispatcher.close();
+    // The same upgrade written by hand, to read the answer the client got.
+    const text = await rawUpgrade("api.openai.com", "/v1/realtime", `Bearer ${ph}`, {
+      "proxy-authorization": proxyAuth("visitor", TOKENS.KB_GUEST_TOKEN),
+    });
+    expect(brokerError(text)).toMatchObject({ status: 403, code: "policy_denied" });
+    expect(brokerError(text).message).toContain("guest");
+    expect(text).not.toContain("101 Switching Protocols");
+    expect(f.upstream.received.length).toBe(before);
+    // The guest still reads.
+    const res = await request("https://api.openai.com/v1/models", {
+      dispatcher: clientAgent("visitor", TOKENS.KB_GUEST_TOKEN),
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    await res.body.dump();
+    expect(res.statusCode).toBe(200);
+  });
+
+  it("a user client's upgrade still gets 101 and its frames", async () => {
+    const ph = await clientPlaceholder("worker");
+    const dispatcher = clientAgent("worker", TOKENS.KB_WORKER_TOKEN);
+    const before = f.upstream.received.length;
+    const ws = new WebSocket("wss://api.openai.com/v1/realtime", {
+      dispatcher,
+      headers: { authorization: `Bearer ${ph}` },
+    });
+    expect(await firstMessage(ws)).toBe("hello from upstream");
+    expect(f.upstream.received.length).toBe(before + 1);
+    expect(f.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    ws.close();
+    await dispatcher.close();
   });
 });

@@ -125,4 +125,15 @@ describe("ruleIdentity", () => {
     expect(ruleIdentity(moved)).toBe(ruleIdentity(branches));
     expect(new Set([branches, deletes, scoped].map(ruleIdentity)).size).toBe(3);
   });
+
+  it("case: insensitive makes another rule; a rule without it keeps the id it had before (decision 103)", () => {
+    const branches: PolicyRule = {
+      action: "approve",
+      methods: ["PUT", "PATCH"],
+      paths: ["/repos/*/*/branches/**"],
+    };
+    // What a broker of the previous version named this rule (a fleet being upgraded).
+    expect(ruleIdentity(branches)).toBe("3c89a10fbe2b79f8");
+    expect(ruleIdentity({ ...branches, ignoreCase: true })).not.toBe(ruleIdentity(branches));
+  });
 });

@@ -588,6 +588,42 @@ describe("compiling", () => {
     ]);
   });
 
+  it("compiles case: insensitive on a policy rule, and names a typo or a wrong value", () => {
+    const rules = parse(
+      [
+        "providers:",
+        "  x:",
+        "    hosts: [x.example.com]",
+        "    policy:",
+        "      - deny: { method: DELETE, path: /repos/**, case: insensitive }",
+        "      - approve: { path: /admin/**, case: sensitive }",
+      ].join("\n"),
+    );
+    expect(provider(rules, "x").policy).toEqual([
+      { action: "deny", methods: ["DELETE"], paths: ["/repos/**"], ignoreCase: true },
+      { action: "approve", methods: [], paths: ["/admin/**"] },
+    ]);
+    const found = problems(
+      [
+        "providers:",
+        "  x:",
+        "    hosts: [x.example.com]",
+        "    policy:",
+        "      - deny: { path: /repos/**, cases: insensitive }",
+        "      - deny: { path: /repos/**, case: insensitve }",
+        "      - deny: { path: /repos/**, case: true }",
+      ].join("\n"),
+    );
+    expect(found).toMatchObject([
+      { path: "providers.x.policy[0].deny", message: 'unknown key "cases" — did you mean "case"?' },
+      {
+        path: "providers.x.policy[1].deny.case",
+        message: expect.stringContaining('did you mean "insensitive"?'),
+      },
+      { path: "providers.x.policy[2].deny.case", message: 'true is not one of "sensitive", "insensitive"' },
+    ]);
+  });
+
   it("resolves relative paths against the rule file's folder and expands ~", () => {
     const rules = parse(
       [
