@@ -5,7 +5,7 @@
 // lock: every write is a rename of a complete file. Another process's writes are seen through
 // fs.watch on the folder, and a stat of the file every second for a watch event that never comes
 // (network file systems, some containers).
-import { existsSync, type FSWatcher, readFileSync, renameSync, type Stats, statSync, watch } from "node:fs";
+import { existsSync, type FSWatcher, readFileSync, renameSync, type Stats, watch } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import { dirname } from "node:path";
 import lockfile from "proper-lockfile";
@@ -113,7 +113,8 @@ export class PoolFile {
 
   /** Calls `changed` when another process may have written the file. Returns the stop function. */
   follow(changed: () => void): () => void {
-    let last = statKey(safeStat(this.path));
+    // The first check always reads: a write may have landed since this process loaded the file.
+    let last: string | undefined;
     const check = () => {
       void stat(this.path).then(
         (s) => {
@@ -137,6 +138,7 @@ export class PoolFile {
     }
     const timer = setInterval(check, POLL_MS);
     timer.unref();
+    check();
     return () => {
       clearInterval(timer);
       watcher?.close();
@@ -144,15 +146,7 @@ export class PoolFile {
   }
 }
 
-function safeStat(path: string): Stats | undefined {
-  try {
-    return statSync(path);
-  } catch {
-    return undefined;
-  }
-}
-
-const statKey = (s: Stats | undefined) => (s === undefined ? "" : `${s.ino}:${s.mtimeMs}:${s.size}`);
+const statKey = (s: Stats) => `${s.ino}:${s.mtimeMs}:${s.size}`;
 
 function parsePoolData(text: string): PoolData {
   const data = JSON.parse(text) as { version?: number; providers?: unknown; resets?: unknown };
