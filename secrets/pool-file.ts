@@ -79,6 +79,9 @@ export class PoolFile {
       realpath: false,
       stale: LOCK_STALE_MS,
       retries: { retries: 100, minTimeout: 5, maxTimeout: 100 },
+      // Held for one write: a lock taken over meanwhile (this process stalled past 5 s) costs at
+      // most a merge that the next write redoes, never the process.
+      onCompromised: () => {},
     });
     try {
       return await writeFileDurable(this.path, build(await this.read()), { stillWanted });
@@ -94,7 +97,11 @@ export class PoolFile {
   writeSync(build: (disk: PoolData | undefined) => string): boolean {
     let release: () => void;
     try {
-      release = lockfile.lockSync(this.path, { realpath: false, stale: LOCK_STALE_MS });
+      release = lockfile.lockSync(this.path, {
+        realpath: false,
+        stale: LOCK_STALE_MS,
+        onCompromised: () => {},
+      });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ELOCKED") return false;
       throw err;
