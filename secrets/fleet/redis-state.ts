@@ -112,7 +112,7 @@ export class RedisState implements SharedState {
     this.#log = opts.log;
     const p = config.prefix;
     this.#keys = {
-      // Not `marks`, where keybroker before 0.x kept marks in clear (decision 111).
+      // Not `marks`, where earlier versions kept marks in clear (decision 111).
       marks: `${p}sealed-marks`,
       logins: `${p}logins`,
       epoch: `${p}epoch`,
