@@ -7,8 +7,9 @@
 // - A message (a mark or a reset) is sealed and bound to the channel, with the time it was sent;
 //   one older than a minute (or that far ahead) is dropped, so an old one replayed does nothing.
 //
-// What does not open or is malformed is skipped and reported once per distinct value (not once
-// per read: the hash is read again on every reconnect), never thrown.
+// What does not open or is malformed is skipped, never thrown, and reported: a hash value once
+// per distinct value (not once per read: the hash is read again on every reconnect); bad
+// messages at most once a minute of each kind (each is read once, but a writer can send many).
 import { createHash } from "node:crypto";
 import { readMark, type SharedMark } from "../marks.js";
 import type { TokenCipher } from "./token-cipher.js";
@@ -73,7 +74,7 @@ export class SealedMarks {
     const m = readMessage(v);
     if (m === undefined) {
       this.#report(
-        `message\0${String(text)}`,
+        `message\0${minute()}`,
         `a mark message on Redis channel ${this.#channel} does not open with this fleet's home key, is malformed or is more than a minute old; ignored`,
       );
     }
@@ -81,9 +82,9 @@ export class SealedMarks {
   }
 
   /** Reports a message on the channel that is no fleet message at all. */
-  stray(text: string): void {
+  stray(): void {
     this.#report(
-      `stray\0${text}`,
+      `stray\0${minute()}`,
       `a message on Redis channel ${this.#channel} is not a fleet message; ignored`,
     );
   }
@@ -96,6 +97,8 @@ export class SealedMarks {
     this.#warn(`fleet state: ${message}`);
   }
 }
+
+const minute = () => Math.floor(Date.now() / 60_000);
 
 function shown(field: string): string {
   const text = JSON.stringify(

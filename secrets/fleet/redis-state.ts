@@ -282,7 +282,7 @@ export class RedisState implements SharedState {
       this.#dispatch(JSON.parse(text) as FleetMessage | null);
     } catch {
       // Not a message of this fleet (not JSON, not an object, a field of the wrong shape): dropped.
-      this.#marks.stray(text);
+      this.#marks.stray();
     }
   }
 
@@ -303,7 +303,7 @@ export class RedisState implements SharedState {
     } else if (msg.t === "approval" && msg.m !== undefined) {
       this.approvals.received(msg.m);
     } else {
-      this.#marks.stray(JSON.stringify(msg));
+      this.#marks.stray();
     }
   }
 
