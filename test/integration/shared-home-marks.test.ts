@@ -171,6 +171,13 @@ describe("two brokers on one home", () => {
 
   it("a reset through one broker clears the marks in both", async () => {
     for (const k of Object.values(KEYS)) retryAfter.delete(k);
+    // Before: both hold marks the other made (key 1 by A, key 2 by B).
+    for (const i of [0, 1])
+      for (const id of ["KEY_1", "KEY_2"])
+        await until(
+          async () => stateOf(await status(i), id)?.state === "usage_limit_reached",
+          `broker ${i + 1} to hold ${id}`,
+        );
     const token = readFileSync(adminTokenPath(home), "utf8").trim();
     const res = await request(`${brokers[0]!.url}/__keybroker/admin/reset`, {
       method: "POST",
@@ -180,9 +187,20 @@ describe("two brokers on one home", () => {
     expect(res.statusCode).toBe(200);
     await res.body.text();
     await until(async () => stateOf(await status(1), "KEY_1")?.state === "ok", "B to see the reset");
+    // B's own mark went too, and B's next write does not bring any of them back.
+    expect(stateOf(await status(1), "KEY_2")?.state).toBe("ok");
     seen.length = 0;
     expect(await chat(1)).toBe(200);
     expect(seen).toEqual([KEYS.KEY_1]);
     expect(onDisk().KEY_1?.state).toBe("ok");
+    // A mark made after the reset stands; none made before it comes back with B's write.
+    retryAfter.set(KEYS.KEY_1, 60);
+    seen.length = 0;
+    expect(await chat(1)).toBe(200);
+    expect(seen).toEqual([KEYS.KEY_1, KEYS.KEY_2]);
+    const disk = onDisk();
+    expect(disk.KEY_1?.state).toBe("usage_limit_reached");
+    expect(disk.KEY_2?.state).toBe("ok");
+    expect(disk.KEY_3?.state).toBe("ok");
   });
 });
