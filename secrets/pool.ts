@@ -1,16 +1,21 @@
 // Credential pools: which credential of a provider a request uses, and what each credential's
 // state is. A quota answer marks only the credential that got it; a mark only ever extends its
-// deadline; a mark whose time has come is dropped, so the credential is tried again. State
-// lives in memory and is written to `$KEYBROKER_HOME/state/pools.json` (atomic, 0600).
+// deadline (`mergeMark`, marks.ts); a mark whose time has come is dropped, so the credential is
+// tried again. State lives in memory and is written to `$KEYBROKER_HOME/state/pools.json`
+// (pool-file.ts: atomic, 0600, merged under a lock with what other processes on the home wrote).
 //
 // A mark must survive a crash (SPEC §7): `markUsageLimit` / `markInvalid` start a durable write
 // (temporary file, fsync, rename, fsync of the folder) at once, and `durable()` resolves when it
 // is done; the pool's caller awaits it before retrying on another credential or answering. A
 // request that marks nothing touches no disk: counters ride along, or are written later.
-import { existsSync, readFileSync, renameSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ensurePrivateDir, writeFileAtomic, writeFileDurable } from "../core/fs.js";
+import { ensurePrivateDir } from "../core/fs.js";
 import type { PoolStrategy } from "../rules/types.js";
+import { mergeMark, type SharedMark } from "./marks.js";
+import { type PoolData, PoolFile, STATE_VERSION } from "./pool-file.js";
+
+export type { SharedMark } from "./marks.js";
 
 export type CredentialStateName = "ok" | "usage_limit_reached" | "invalid";
 
@@ -25,6 +30,8 @@ export interface CredentialState {
   requests: number;
   marks: number;
   lastUsed?: number;
+  /** When the mark in force was made or last extended (epoch ms): a reset made later clears it. */
+  markedAt?: number;
 }
 
 export interface PoolMember {
@@ -40,29 +47,21 @@ export interface PoolSpec {
   readonly affinity?: "client" | undefined;
 }
 
-/** A mark as the brokers of a fleet share it (SPEC §17): no counters, no local pins. */
-export interface SharedMark {
-  readonly state: "usage_limit_reached" | "invalid";
-  readonly until?: number;
-  readonly reason?: string;
-  readonly fingerprint?: string;
-}
-
 /** Where marks made here go besides the home (the fleet's store); called after the local change. */
 export interface PoolMirror {
   mark(provider: string, id: string, mark: SharedMark): void;
   reset(provider: string, id: string | undefined): void;
 }
 
-const STATE_VERSION = 1;
 const MARK_SAVE_DELAY_MS = 200;
 const COUNTER_SAVE_DELAY_MS = 10_000;
 
 export class PoolState {
-  readonly #path: string;
-  readonly #warn: (message: string) => void;
+  readonly #file: PoolFile;
   /** provider → credential id → state */
   readonly #states = new Map<string, Map<string, CredentialState>>();
+  /** provider → credential id (or `*`) → when its marks were last cleared, here or elsewhere. */
+  readonly #resets = new Map<string, Map<string, number>>();
   readonly #cursor = new Map<string, number>();
   readonly #affinity = new Map<string, string>();
   #saveTimer: NodeJS.Timeout | undefined;
@@ -76,52 +75,84 @@ export class PoolState {
   #snapshots = 0;
   #onDisk = 0;
   #mirror: PoolMirror | undefined;
+  readonly #warn: (message: string) => void;
 
   constructor(home: string, warn: (message: string) => void = () => {}) {
     const dir = join(home, "state");
     ensurePrivateDir(dir);
-    this.#path = join(dir, "pools.json");
     this.#warn = warn;
-    this.#load();
+    this.#file = new PoolFile(join(dir, "pools.json"), warn);
+    const data = this.#file.loadSync();
+    for (const [provider, creds] of Object.entries(data?.providers ?? {}))
+      this.#states.set(provider, new Map(Object.entries(creds)));
+    for (const [provider, ids] of Object.entries(data?.resets ?? {}))
+      this.#resets.set(provider, new Map(Object.entries(ids)));
   }
 
-  #load(): void {
-    if (!existsSync(this.#path)) return;
-    try {
-      const data = JSON.parse(readFileSync(this.#path, "utf8")) as {
-        version?: number;
-        providers?: Record<string, Record<string, CredentialState>>;
-      };
-      if (data.version !== STATE_VERSION || typeof data.providers !== "object" || data.providers === null) {
-        throw new Error("unexpected layout");
+  /**
+   * Keeps this copy current with what other processes on the home write (the home's mark store,
+   * decision 112). Returns the function that stops following.
+   */
+  followHome(): () => void {
+    return this.#file.follow(() => {
+      void this.#file.read().then((data) => this.#absorb(data));
+    });
+  }
+
+  #resetAt(provider: string, id: string): number | undefined {
+    const m = this.#resets.get(provider);
+    if (m === undefined) return undefined;
+    const one = m.get(id);
+    const all = m.get("*");
+    return one === undefined ? all : all === undefined ? one : Math.max(one, all);
+  }
+
+  /**
+   * Takes in what another process wrote to the home: its resets clear the marks made here before
+   * them, its marks merge by the one rule (extend-only). Not a change to write back by itself.
+   */
+  #absorb(data: PoolData | undefined, now = Date.now()): void {
+    if (data === undefined) return;
+    for (const [provider, ids] of Object.entries(data.resets)) {
+      let mine = this.#resets.get(provider);
+      if (mine === undefined) {
+        mine = new Map();
+        this.#resets.set(provider, mine);
       }
-      for (const [provider, creds] of Object.entries(data.providers)) {
-        const map = new Map<string, CredentialState>();
-        for (const [id, s] of Object.entries(creds)) {
-          if (!["ok", "usage_limit_reached", "invalid"].includes(s.state)) continue;
-          map.set(id, {
-            state: s.state,
-            ...(typeof s.until === "number" ? { until: s.until } : {}),
-            ...(typeof s.reason === "string" ? { reason: s.reason } : {}),
-            ...(typeof s.fingerprint === "string" ? { fingerprint: s.fingerprint } : {}),
-            requests: Number(s.requests) || 0,
-            marks: Number(s.marks) || 0,
-            ...(typeof s.lastUsed === "number" ? { lastUsed: s.lastUsed } : {}),
-          });
+      for (const [id, at] of Object.entries(ids)) {
+        if ((mine.get(id) ?? -1) >= at) continue;
+        mine.set(id, at);
+        for (const [cid, s] of this.#states.get(provider) ?? []) {
+          if ((id === "*" || id === cid) && s.state !== "ok" && (s.markedAt ?? 0) <= at) clearMark(s);
         }
-        this.#states.set(provider, map);
       }
-    } catch (err) {
-      const aside = `${this.#path}.corrupt-${Date.now()}`;
-      try {
-        renameSync(this.#path, aside);
-      } catch {
-        // nothing more to do: we start empty either way
-      }
-      this.#warn(
-        `the pool state file was unreadable (${(err as Error).message}); moved it to ${aside} and started with no marks`,
-      );
     }
+    for (const [provider, creds] of Object.entries(data.providers)) {
+      for (const [id, s] of Object.entries(creds)) {
+        if (s.state === "ok") continue;
+        const resetAt = this.#resetAt(provider, id);
+        if (resetAt !== undefined && (s.markedAt ?? 0) <= resetAt) continue;
+        this.#apply(provider, id, sharedMark(s), now, s.markedAt);
+      }
+    }
+  }
+
+  /** Merges a mark from elsewhere into this copy (marks.ts: the one rule). True when it changed. */
+  #apply(provider: string, id: string, mark: SharedMark, now: number, markedAt = now): boolean {
+    const s = this.get(provider, id);
+    const held = s.state === "ok" ? undefined : sharedMark(s);
+    const kept = mergeMark(held, mark, now);
+    if (kept === held || kept === undefined) return false;
+    s.state = kept.state;
+    if (kept.until === undefined) delete s.until;
+    else s.until = kept.until;
+    if (kept.reason === undefined) delete s.reason;
+    else s.reason = kept.reason;
+    if (kept.fingerprint === undefined) delete s.fingerprint;
+    else s.fingerprint = kept.fingerprint;
+    s.markedAt = Math.max(s.markedAt ?? 0, markedAt);
+    this.#unpin(provider, id);
+    return true;
   }
 
   /** The state of one credential (created on first sight). */
@@ -236,27 +267,12 @@ export class PoolState {
   }
 
   /**
-   * Applies a mark another broker made. Extend-only, like a local mark: a usage mark never
-   * shortens one held here and never overrides a refusal. Not sent back to the mirror.
+   * Applies a mark another broker made (the fleet's store). Extend-only, like a local mark: a
+   * usage mark never shortens one held here and never overrides a refusal. Not sent back to the
+   * mirror.
    */
   merge(provider: string, id: string, mark: SharedMark, now = Date.now()): void {
-    const s = this.get(provider, id);
-    if (mark.state === "invalid") {
-      if (s.state === "invalid" && s.fingerprint === mark.fingerprint) return;
-      s.state = "invalid";
-      delete s.until;
-      if (mark.fingerprint === undefined) delete s.fingerprint;
-      else s.fingerprint = mark.fingerprint;
-    } else {
-      if (s.state === "invalid" || mark.until === undefined || mark.until <= now) return;
-      if (s.state === "usage_limit_reached" && s.until !== undefined && s.until >= mark.until) return;
-      s.state = "usage_limit_reached";
-      s.until = mark.until;
-    }
-    if (mark.reason === undefined) delete s.reason;
-    else s.reason = mark.reason;
-    this.#unpin(provider, id);
-    this.#changed();
+    if (this.#apply(provider, id, mark, now)) this.#changed();
   }
 
   /** Applies a reset made by another broker (or `auth reset` against the fleet). */
@@ -268,8 +284,11 @@ export class PoolState {
   markUsageLimit(provider: string, id: string, until: number, reason: string): CredentialState {
     const s = this.get(provider, id);
     if (s.state === "invalid") return s;
-    if (s.state !== "usage_limit_reached" || s.until === undefined || until > s.until) s.until = until;
+    const held = s.state === "ok" ? undefined : sharedMark(s);
+    const kept = mergeMark(held, { state: "usage_limit_reached", until }, Date.now());
+    s.until = kept?.until ?? until;
     s.state = "usage_limit_reached";
+    s.markedAt = Date.now();
     s.reason = reason;
     s.marks++;
     this.#unpin(provider, id);
@@ -285,6 +304,7 @@ export class PoolState {
     delete s.until;
     s.reason = reason;
     if (fingerprint !== undefined) s.fingerprint = fingerprint;
+    s.markedAt = Date.now();
     s.marks++;
     this.#unpin(provider, id);
     this.#saveDurably();
@@ -301,9 +321,7 @@ export class PoolState {
       member.fingerprint !== undefined &&
       s.fingerprint !== member.fingerprint
     ) {
-      s.state = "ok";
-      delete s.reason;
-      delete s.fingerprint;
+      clearMark(s);
       this.#changed();
     }
   }
@@ -316,18 +334,22 @@ export class PoolState {
   }
 
   #clear(provider: string, id: string | undefined): string[] {
+    // Remembered (and written) so that another process on the home clears its copy too.
+    let resets = this.#resets.get(provider);
+    if (resets === undefined) {
+      resets = new Map();
+      this.#resets.set(provider, resets);
+    }
+    resets.set(id ?? "*", Date.now());
+    this.#changed();
     const map = this.#states.get(provider);
     if (map === undefined) return [];
     const cleared: string[] = [];
     for (const [cid, s] of map) {
       if (id !== undefined && cid !== id) continue;
       if (s.state !== "ok") cleared.push(cid);
-      s.state = "ok";
-      delete s.until;
-      delete s.reason;
-      delete s.fingerprint;
+      clearMark(s);
     }
-    this.#changed();
     return cleared;
   }
 
@@ -388,21 +410,26 @@ export class PoolState {
       this.#saveTimer = undefined;
       const seq = ++this.#snapshots;
       try {
-        const written = await writeFileDurable(this.#path, this.#serialize(), {
-          stillWanted: () => this.#onDisk < seq,
-        });
+        const written = await this.#file.write(
+          (disk) => this.#merged(disk),
+          () => this.#onDisk < seq,
+        );
         if (written) this.#onDisk = seq;
       } catch (err) {
         this.#dirty = true;
-        this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);
+        this.#warn(`cannot write ${this.#file.path}: ${(err as Error).message}`);
       }
     });
     this.#queued = write;
     this.#lastWrite = write;
   }
 
-  #serialize(): string {
-    return JSON.stringify({ version: STATE_VERSION, providers: this.snapshot() }, null, 1) + "\n";
+  /** What to write over `disk`: its marks and resets taken in first, so none is lost. */
+  #merged(disk: PoolData | undefined): string {
+    this.#absorb(disk);
+    const resets: Record<string, Record<string, number>> = {};
+    for (const [provider, ids] of this.#resets) resets[provider] = Object.fromEntries(ids);
+    return `${JSON.stringify({ version: STATE_VERSION, providers: this.snapshot(), resets }, null, 1)}\n`;
   }
 
   /** Writes the state now (on shutdown, after resets, and for counters). */
@@ -413,13 +440,23 @@ export class PoolState {
     this.#saveTimer = undefined;
     try {
       const seq = ++this.#snapshots;
-      writeFileAtomic(this.#path, this.#serialize());
-      this.#onDisk = seq;
+      if (this.#file.writeSync((disk) => this.#merged(disk))) this.#onDisk = seq;
+      // Another write holds the lock (this process's own durable one, or another process's):
+      // this one follows it.
+      else this.#saveDurably();
     } catch (err) {
       this.#dirty = true;
-      this.#warn(`cannot write ${this.#path}: ${(err as Error).message}`);
+      this.#warn(`cannot write ${this.#file.path}: ${(err as Error).message}`);
     }
   }
+}
+
+function clearMark(s: CredentialState): void {
+  s.state = "ok";
+  delete s.until;
+  delete s.reason;
+  delete s.fingerprint;
+  delete s.markedAt;
 }
 
 function sharedMark(s: CredentialState): SharedMark {

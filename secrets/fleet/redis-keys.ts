@@ -23,7 +23,10 @@ export function parseField(field: string): [string, string] | undefined {
 }
 
 export interface FleetMessage {
-  /** `approval`: `m` is a message of the approval store (redis-approvals.ts). */
+  /**
+   * `approval`: `m` is a message of the approval store (redis-approvals.ts); `mark`, `reset`: `m`
+   * is a sealed message of redis-marks.ts.
+   */
   readonly t: "mark" | "reset" | "login" | "session" | "approval";
   readonly f?: string;
   readonly m?: string;

@@ -5,16 +5,23 @@
 //
 // Redis down or slow: commands fail fast (no offline queue, a command timeout, a bounded
 // reconnect backoff), the broker serves from memory and says `degraded since …`; marks made
-// meanwhile are pushed on reconnect (extend-only on the server); a Redis that came back empty
-// (its `epoch` key is gone or new) gets every login this broker holds published again.
+// meanwhile are pushed on reconnect; a Redis that came back empty (its `epoch` key is gone or
+// new) gets every login this broker holds published again.
+//
+// Marks are sealed (redis-marks.ts, decision 111), so the server cannot compare deadlines: the
+// broker reads the field, merges by the one rule (marks.ts `mergeMark`) and writes the result
+// only if the field still holds what it read (a compare-and-set script), else reads again. A
+// value that does not open is no mark: skipped, reported once, and overwritten by the next one.
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { UserError } from "../../core/errors.js";
 import type { RedisStateConfig } from "../../rules/types.js";
+import { mergeMark, type SharedMark } from "../marks.js";
 import type { StoredLogin } from "../oauth/login.js";
-import type { PoolState, SharedMark } from "../pool.js";
+import type { PoolState } from "../pool.js";
 import { RedisApprovalStore } from "./redis-approvals.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
+import { type MarkMessage, SealedMarks } from "./redis-marks.js";
 import { RedisMcpStore } from "./redis-mcp-store.js";
 import { RedisSessionStore } from "./redis-sessions.js";
 import { redisErrorText, redisTls } from "./redis-tls.js";
@@ -29,26 +36,20 @@ const CONNECT_TIMEOUT_MS = 2_000;
 const MAX_BACKOFF_MS = 1_000;
 /** How often the connection is checked (a stalled Redis sends no `close`). */
 const PING_EVERY_MS = 1_000;
+/** Compare-and-set rounds for one mark before it waits for the next sync (others kept writing). */
+const MARK_ATTEMPTS = 8;
 
 /**
- * Applies a mark on the server, extend-only: a usage mark never shortens one in force and never
- * replaces a refusal. Publishes the mark kept. KEYS: marks hash. ARGV: field, mark, now,
- * channel, sender.
+ * Writes a mark only where the field still holds what the broker read and merged with (ARGV[2],
+ * '' for none), and publishes it; else returns the value there now. KEYS: marks hash. ARGV:
+ * field, expected, value, channel, message.
  */
 const MARK_SCRIPT = `
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local new = cjson.decode(ARGV[2])
-if cur and new.state ~= 'invalid' then
-  local c = cjson.decode(cur)
-  if c.state == 'invalid' then return cur end
-  local now = tonumber(ARGV[3])
-  if c['until'] ~= nil and c['until'] > now and (new['until'] == nil or c['until'] >= new['until']) then
-    return cur
-  end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PUBLISH', ARGV[4], cjson.encode({t = 'mark', f = ARGV[1], m = ARGV[2], from = ARGV[5]}))
-return ARGV[2]
+local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if cur ~= ARGV[2] then return {0, cur} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return {1, ARGV[3]}
 `;
 
 /** Clears one mark (ARGV[1] a field) or a provider's (ARGV[2] a field prefix), then publishes. */
@@ -104,13 +105,15 @@ export class RedisState implements SharedState {
   #closed = false;
   /** Marks and resets on their way to Redis. */
   readonly #sending = new Set<Promise<void>>();
+  readonly #marks: SealedMarks;
 
   private constructor(config: RedisStateConfig, password: string | undefined, opts: SharedStateOptions) {
     this.#config = config;
     this.#log = opts.log;
     const p = config.prefix;
     this.#keys = {
-      marks: `${p}marks`,
+      // Not `marks`, where earlier versions kept marks in clear (decision 111).
+      marks: `${p}sealed-marks`,
       logins: `${p}logins`,
       epoch: `${p}epoch`,
       channel: `${p}events`,
@@ -132,6 +135,7 @@ export class RedisState implements SharedState {
     this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
     this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
     const cipher = new TokenCipher(opts.homeKey());
+    this.#marks = new SealedMarks(cipher, this.#keys.marks, this.#keys.channel, (m) => this.#log.warn(m));
     const onError = (err: Error) => this.#failed(err);
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
@@ -278,17 +282,16 @@ export class RedisState implements SharedState {
       this.#dispatch(JSON.parse(text) as FleetMessage | null);
     } catch {
       // Not a message of this fleet (not JSON, not an object, a field of the wrong shape): dropped.
+      this.#marks.stray();
     }
   }
 
   #dispatch(msg: FleetMessage | null): void {
     if (typeof msg !== "object" || msg === null || msg.from === this.#self) return;
-    if (msg.t === "mark" && msg.f !== undefined && msg.m !== undefined) {
-      const key = parseField(msg.f);
-      if (key !== undefined) this.#pools?.merge(key[0], key[1], JSON.parse(msg.m) as SharedMark);
-    } else if (msg.t === "reset" && msg.p !== undefined) {
-      const key = msg.f === undefined ? undefined : parseField(msg.f);
-      this.#pools?.mergeReset(msg.p, key?.[1]);
+    if (msg.t === "mark" || msg.t === "reset") {
+      const m = this.#marks.openMessage(msg.m);
+      if (m?.k === "mark") this.#pools?.merge(m.provider, m.id, m.mark);
+      else if (m?.k === "reset") this.#pools?.mergeReset(m.provider, m.id);
     } else if (msg.t === "login" && msg.f !== undefined) {
       const key = parseField(msg.f);
       if (key !== undefined) {
@@ -299,21 +302,47 @@ export class RedisState implements SharedState {
       this.sessions.forget(msg.f);
     } else if (msg.t === "approval" && msg.m !== undefined) {
       this.approvals.received(msg.m);
+    } else {
+      this.#marks.stray();
     }
   }
 
+  /**
+   * Puts a mark into Redis, merged with the one there by the one rule; the mark kept is merged
+   * here too (another broker's may outlast ours).
+   */
   async #sendMark(provider: string, id: string, mark: SharedMark): Promise<void> {
+    const field = fieldOf(provider, id);
+    const scripts = this.#redis as unknown as Scripts;
     try {
-      const kept = await (this.#redis as unknown as Scripts).kbMark!(
-        this.#keys.marks,
-        fieldOf(provider, id),
-        JSON.stringify(mark),
-        String(Date.now()),
-        this.#keys.channel,
-        this.#self,
-      );
-      // Another broker's mark may outlast ours: keep the longer one here too.
-      if (kept !== null) this.#pools?.merge(provider, id, JSON.parse(kept) as SharedMark);
+      let text = await this.#redis.hget(this.#keys.marks, field);
+      for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
+        const held = text === null || text === "" ? undefined : this.#marks.open(field, text);
+        const now = Date.now();
+        const kept = mergeMark(held, mark, now);
+        if (kept === undefined) return;
+        if (kept === held) {
+          this.#pools?.merge(provider, id, kept, now);
+          return;
+        }
+        const message: FleetMessage = {
+          t: "mark",
+          m: this.#marks.message({ k: "mark", provider, id, mark: kept }),
+          from: this.#self,
+        };
+        const [done, there] = (await scripts.kbMark!(
+          this.#keys.marks,
+          field,
+          text ?? "",
+          this.#marks.seal(field, kept),
+          this.#keys.channel,
+          JSON.stringify(message),
+        )) as unknown as [number, string];
+        if (done === 1) return;
+        text = there;
+      }
+      // Others kept writing this field: the next sync pushes this broker's marks again.
+      this.#needSync = true;
     } catch (err) {
       this.#failed(err as Error);
     }
@@ -321,12 +350,8 @@ export class RedisState implements SharedState {
 
   async #sendReset(provider: string, id: string | undefined): Promise<void> {
     const field = id === undefined ? "" : fieldOf(provider, id);
-    const message: FleetMessage = {
-      t: "reset",
-      p: provider,
-      ...(field ? { f: field } : {}),
-      from: this.#self,
-    };
+    const reset: MarkMessage = { k: "reset", provider, ...(id === undefined ? {} : { id }) };
+    const message: FleetMessage = { t: "reset", m: this.#marks.message(reset), from: this.#self };
     try {
       await (this.#redis as unknown as Scripts).kbReset!(
         this.#keys.marks,
@@ -374,9 +399,11 @@ export class RedisState implements SharedState {
     if (pools !== undefined) {
       for (const { provider, id, mark } of pools.marks()) await this.#sendMark(provider, id, mark);
       const now = Date.now();
+      // One field at a time: a bad one is skipped (and reported once), never the whole read.
       for (const [field, text] of Object.entries(await r.hgetall(this.#keys.marks))) {
         const key = parseField(field);
-        if (key !== undefined) pools.merge(key[0], key[1], JSON.parse(text) as SharedMark, now);
+        const mark = key === undefined ? this.#marks.badField(field) : this.#marks.open(field, text);
+        if (key !== undefined && mark !== undefined) pools.merge(key[0], key[1], mark, now);
       }
     }
     await this.sessions.flush();

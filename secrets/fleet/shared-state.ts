@@ -8,6 +8,7 @@
 import type { SessionStore } from "../../admin/sessions.js";
 import type { ApprovalStore } from "../../proxy/approvals.js";
 import type { Rules } from "../../rules/types.js";
+import type { MarkStore } from "../marks.js";
 import type { StoredLogin } from "../oauth/login.js";
 import { HomeMcpStore, type McpStore } from "../oauth/mcp-store.js";
 import { FileTokenStore, type TokenStore } from "../oauth/token-store.js";
@@ -24,7 +25,7 @@ export interface StateHealth {
   readonly error?: string;
 }
 
-export interface SharedState {
+export interface SharedState extends MarkStore {
   readonly tokens: TokenStore;
   /** MCP logins' bindings and client registrations: read by `auth` commands and at refresh only. */
   readonly mcp: McpStore;
@@ -32,8 +33,6 @@ export interface SharedState {
   readonly sessions?: SessionStore;
   /** Where held requests wait (SPEC §16); unset: this broker's memory. */
   readonly approvals?: ApprovalStore;
-  /** Joins the broker's pool marks to the shared ones: marks made here go out, others come in. */
-  attachPools(pools: PoolState): void;
   /** The logins the broker holds, to publish again to a store that lost them. */
   attachLogins(held: () => readonly StoredLogin[]): void;
   health(): StateHealth;
@@ -46,14 +45,20 @@ export interface SharedState {
 export class HomeState implements SharedState {
   readonly tokens: TokenStore;
   readonly mcp: McpStore;
+  #unfollow: (() => void) | undefined;
 
   constructor(home: string) {
     this.tokens = new FileTokenStore(home);
     this.mcp = new HomeMcpStore(home);
   }
 
-  attachPools(): void {
-    // PoolState writes state/pools.json itself.
+  /**
+   * PoolState writes state/pools.json itself, merging what others wrote (pool-file.ts); here it
+   * also follows their writes, so it sees their marks without making one (decision 112).
+   */
+  attachPools(pools: PoolState): void {
+    this.#unfollow?.();
+    this.#unfollow = pools.followHome();
   }
 
   attachLogins(): void {
@@ -66,7 +71,9 @@ export class HomeState implements SharedState {
 
   async settled(): Promise<void> {}
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.#unfollow?.();
+  }
 }
 
 export interface SharedStateOptions {

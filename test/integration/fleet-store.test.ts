@@ -7,7 +7,9 @@ import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UserError } from "../../core/errors.js";
+import { SealedMarks } from "../../secrets/fleet/redis-marks.js";
 import { RedisState } from "../../secrets/fleet/redis-state.js";
+import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
 import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { PoolState } from "../../secrets/pool.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
@@ -89,20 +91,22 @@ describe("fleet state on Redis", () => {
     // A shorter mark made later on the other broker does not shorten it, anywhere.
     pb.markUsageLimit("openai", "KEY_A", Date.now() + 5_000, "429");
     await until(
-      async () => (await raw.hget("t:marks", JSON.stringify(["openai", "KEY_A"]))) !== null,
+      async () => (await raw.hget("t:sealed-marks", JSON.stringify(["openai", "KEY_A"]))) !== null,
       "the mark",
     );
     await new Promise((r) => setTimeout(r, 100));
-    const stored = JSON.parse((await raw.hget("t:marks", JSON.stringify(["openai", "KEY_A"])))!) as {
-      until: number;
-    };
-    expect(stored.until).toBe(long);
+    // Sealed with the fleet's key (decision 111): it opens, bound to its field, and only so.
+    const field = JSON.stringify(["openai", "KEY_A"]);
+    const sealed = (await raw.hget("t:sealed-marks", field))!;
+    expect(sealed).not.toContain(String(long));
+    const marks = new SealedMarks(new TokenCipher(KEY), "t:sealed-marks", "t:events", () => {});
+    expect(marks.open(field, sealed)?.until).toBe(long);
     expect(pa.get("openai", "KEY_A").until).toBe(long);
     expect(pb.get("openai", "KEY_A").until).toBe(long);
     // A reset clears it everywhere.
     pb.reset("openai", "KEY_A");
     await until(() => pa.get("openai", "KEY_A").state === "ok", "the reset to reach the other broker");
-    expect(await raw.hget("t:marks", JSON.stringify(["openai", "KEY_A"]))).toBeNull();
+    expect(await raw.hget("t:sealed-marks", JSON.stringify(["openai", "KEY_A"]))).toBeNull();
   });
 
   it("logins are sealed in Redis, open only with the fleet's home key, and fenced on their generation", async () => {
@@ -200,7 +204,7 @@ describe("fleet state on Redis", () => {
     await until(() => a.health().degradedSince === undefined, "the recovery", 10_000);
     await until(
       async () =>
-        (await raw.hget("t:marks", JSON.stringify(["openai", "KEY_OUT"])).catch(() => null)) !== null,
+        (await raw.hget("t:sealed-marks", JSON.stringify(["openai", "KEY_OUT"])).catch(() => null)) !== null,
       "the mark made during the outage",
     );
     expect(warnings.filter((w) => w.includes("unreachable"))).toHaveLength(1);

@@ -322,7 +322,7 @@ describe("three brokers on one Redis", () => {
     ).toEqual([]);
     // The empty Redis got back both marks and both logins; the mark made on one broker reached the others.
     const marks = await until(async () => {
-      const m = await raw.hgetall(`${PREFIX}marks`);
+      const m = await raw.hgetall(`${PREFIX}sealed-marks`);
       return Object.keys(m).length >= 2 ? m : undefined;
     }, "the marks to be published again");
     expect(Object.keys(marks).sort()).toEqual(
@@ -357,7 +357,7 @@ describe("three brokers on one Redis", () => {
       },
     );
     expect(r.stdout).toContain("pooled: cleared POOL_KEY_B");
-    expect(await raw.hget(`${PREFIX}marks`, JSON.stringify(["pooled", "POOL_KEY_B"]))).toBeNull();
+    expect(await raw.hget(`${PREFIX}sealed-marks`, JSON.stringify(["pooled", "POOL_KEY_B"]))).toBeNull();
     for (const i of [0, 1, 2])
       await until(
         async () => credential(await status(i), "pooled", "POOL_KEY_B")?.state === "ok",
