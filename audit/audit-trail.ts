@@ -23,6 +23,7 @@ export const OPERATIONAL_CODES: ReadonlySet<string> = new Set([
   "pool_exhausted",
   "credential_unavailable",
   "audit_unavailable",
+  "approvals_full",
   "upstream_unreachable",
   "upstream_timeout",
 ]);

@@ -4,10 +4,12 @@
 // (docs/reliability.md, "Connections: timeouts, caps, floods").
 //
 //   node bench/connection-flood.mjs [--flood 3000] [--cap N] [--handshake 10s] [--hold-ms 15000] [--rounds 1]
+//                                   [--client mixed|fresh]
 //
 // The flood's sockets send a CONNECT to the provider's host, get the 200, and then never start
 // TLS. The good client is an undici ProxyAgent through the broker with one keep-alive connection
-// opened before the flood, plus a fresh connection every 25th request (new clients arriving).
+// opened before the flood, plus a fresh connection every 25th request (new clients arriving);
+// with `--client fresh` every request opens a new tunnel (a CONNECT of its own, as curl does).
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -24,6 +26,7 @@ const { values: opt } = parseArgs({
     handshake: { type: "string", default: "10s" },
     "hold-ms": { type: "string", default: "15000" },
     rounds: { type: "string", default: "1" },
+    client: { type: "string", default: "mixed" },
   },
 });
 const FLOOD = Number(opt.flood);
@@ -78,7 +81,7 @@ let running = true;
 let n = 0;
 const goodLoop = (async () => {
   while (running) {
-    if (++n % 25 === 0) {
+    if (++n % 25 === 0 || opt.client === "fresh") {
       const fresh = new ProxyAgent({ uri: broker.proxyUrl, requestTls: { ca: broker.caPem } });
       await send(fresh);
       await fresh.close().catch(() => {});
@@ -175,6 +178,7 @@ await keepAlive.close();
 const result = {
   flood: FLOOD,
   cap: opt.cap ?? "default",
+  client: opt.client,
   handshake: opt.handshake,
   rssBeforeMiB: +before.rss.toFixed(1),
   fdsBefore: before.fds,

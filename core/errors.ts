@@ -15,6 +15,7 @@ export const ERROR_STATUS = {
   client_rate_limited: 429,
   credential_unavailable: 503,
   audit_unavailable: 503,
+  approvals_full: 503,
   upstream_unreachable: 502,
   upstream_tls: 502,
   upstream_timeout: 504,

@@ -39,6 +39,8 @@ export class BrokerMetrics {
   readonly exfiltrationBlocked = new LabelledCounts(["client", "code"]);
   readonly approvalsAnswered = new LabelledCounts(["result"]);
   approvalsPending = 0;
+  /** Requests refused with approvals_full: this broker held as many as approvals.max_* allow. */
+  approvalsFull = 0;
 
   /**
    * One request's outcome, called once per request where its audit line is written. A few Map
@@ -60,6 +62,7 @@ export class BrokerMetrics {
       cell.bytesOut += bytes.bytesOut;
     }
     if (code !== undefined && EXFILTRATION_CODES.has(code)) this.exfiltrationBlocked.add([client, code]);
+    else if (code === "approvals_full") this.approvalsFull++;
     // Times only for requests that reached the upstream: a refusal has no upstream time, and
     // its overhead is not what the overhead histogram is for.
     if (x.upstreamMs > 0) {

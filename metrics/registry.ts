@@ -230,5 +230,14 @@ export function createRegistry(metrics: BrokerMetrics, credentials: CredentialSo
     "Held requests answered: approved, denied, approval_timeout or withdrawn",
     metrics.approvalsAnswered,
   );
+  new Counter({
+    name: "keybroker_approvals_full_total",
+    help: "Requests an approve rule matched, refused with approvals_full: approvals.max_pending or max_bytes were reached",
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(metrics.approvalsFull);
+    },
+  });
   return registry;
 }

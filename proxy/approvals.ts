@@ -4,6 +4,7 @@
 // request another broker holds; the holder learns the answer from the store.
 import { createHash, randomBytes } from "node:crypto";
 import type { PolicyRule } from "../rules/types.js";
+import { ApprovalRoom } from "./approval-room.js";
 
 /** What a held request is, as every view shows it. Never a header, never a secret. */
 export interface ApprovalRequest {
@@ -192,6 +193,8 @@ interface Waiter {
 }
 
 export class Approvals {
+  /** This broker's bound on what it holds (approvals.max_pending / max_bytes), whatever the store. */
+  readonly room = new ApprovalRoom();
   readonly #store: ApprovalStore;
   readonly #onEvent: (event: ApprovalEvent) => void;
   /** The requests this broker holds, by id. */

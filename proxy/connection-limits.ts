@@ -4,8 +4,8 @@
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import type { Socket } from "node:net";
-import type { Logger } from "../core/log.js";
 import type { Rules } from "../rules/types.js";
+import type { ConnectionCap } from "./connection-cap.js";
 
 /** The cap when nothing else says: well under any fd limit a broker is likely to run with. */
 export const MAX_DEFAULT_CONNECTIONS = 4096;
@@ -62,14 +62,14 @@ export function serverOptions(rules: Rules) {
 }
 
 /** Applies the timeouts and the cap of (reloaded) rules to the running servers. */
-export function applyConnectionRules(outer: Server, inner: Server, rules: Rules): void {
+export function applyConnectionRules(outer: Server, inner: Server, rules: Rules, cap: ConnectionCap): void {
   for (const server of [outer, inner]) {
     server.headersTimeout = rules.timeouts.headersMs;
     server.keepAliveTimeout = rules.timeouts.keepAliveMs;
   }
-  // Counted by node on the listener's sockets, which intercepted connections and tunnels keep
-  // open beneath them; beyond it node closes a new connection as soon as it is accepted.
-  outer.maxConnections = connectionLimit(rules);
+  // Counted on the listener's sockets, which intercepted connections and tunnels keep open
+  // beneath them (proxy/connection-cap.ts: at the cap the oldest idle one makes room).
+  cap.limit = connectionLimit(rules);
 }
 
 /**
@@ -78,23 +78,6 @@ export function applyConnectionRules(outer: Server, inner: Server, rules: Rules)
  */
 export function trackConnections(inner: Server): void {
   inner.emit("listening");
-}
-
-/** Logs refused connections: once when refusing starts, then at most every 10 s with a count. */
-export function logRefusals(outer: Server, log: Logger, limit: () => number): void {
-  let refused = 0;
-  let lastLog = 0;
-  outer.on("drop", () => {
-    refused++;
-    const now = Date.now();
-    if (now - lastLog < 10_000) return;
-    lastLog = now;
-    log.warn(
-      { refused, limit: limit() },
-      "refusing new connections: limits.connections are open; existing ones are still served",
-    );
-    refused = 0;
-  });
 }
 
 /** Connections open at once that count as a surge worth giving memory back after. */

@@ -25,6 +25,17 @@ export function connectInfo(socket: unknown): ConnectInfo | undefined {
 export const CONNECT_OK = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
 const SECURE = Symbol("keybroker.secure");
+const LISTENER_SOCKET = Symbol("keybroker.listenerSocket");
+
+/**
+ * The listener's socket beneath `socket`: itself for a plain socket, the CONNECT's socket for an
+ * intercepted TLS socket; undefined for any other TLS socket.
+ */
+export function listenerSocket(socket: unknown): Socket | undefined {
+  if (socket instanceof TLSSocket)
+    return (socket as unknown as { [LISTENER_SOCKET]?: Socket })[LISTENER_SOCKET];
+  return socket as Socket;
+}
 
 /** False for an intercepted connection whose TLS handshake has not finished: nothing can be answered on it. */
 export function handshakeDone(socket: unknown): boolean {
@@ -94,6 +105,7 @@ function terminate(
     ALPNProtocols: ["http/1.1"],
   });
   (tls as unknown as { [INFO]: ConnectInfo })[INFO] = info;
+  (tls as unknown as { [LISTENER_SOCKET]: Socket })[LISTENER_SOCKET] = socket;
   tls.on("error", () => tls.destroy());
   tls.once("secure", () => {
     (tls as unknown as { [SECURE]: boolean })[SECURE] = true;

@@ -44,9 +44,10 @@ import { accessLogFromEnv, logAccess } from "./access-log.js";
 import { type ApprovalEvent, Approvals } from "./approvals.js";
 import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
 import { answerClientErrors, writeRawError } from "./client-errors.js";
+import { ConnectionCap } from "./connection-cap.js";
 import {
   applyConnectionRules,
-  logRefusals,
+  connectionLimit,
   releaseAfterSurges,
   serverOptions,
   trackConnections,
@@ -136,6 +137,8 @@ export class Broker implements AdminHost {
   readonly #outer: Server;
   readonly #inner: Server;
   readonly #sockets = new Set<Socket>();
+  /** limits.connections: at the cap, the oldest connection that has sent no request makes room. */
+  readonly #cap: ConnectionCap;
   readonly #stages: readonly Stage[];
   readonly #opts: BrokerOptions;
   readonly #adminToken: string;
@@ -235,9 +238,11 @@ export class Broker implements AdminHost {
       answerTlsOnSamePort(this.#outer, this.#adminTls, this.#minter, rt.rules.timeouts.handshakeMs);
     }
     this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
-    applyConnectionRules(this.#outer, this.#inner, rt.rules);
+    this.#cap = new ConnectionCap(this.#outer, connectionLimit(rt.rules), opts.log);
+    this.#cap.watch(this.#outer);
+    this.#cap.watch(this.#inner);
+    applyConnectionRules(this.#outer, this.#inner, rt.rules, this.#cap);
     trackConnections(this.#inner);
-    logRefusals(this.#outer, opts.log, () => this.#outer.maxConnections);
     releaseAfterSurges(this.#outer, releaseHeap);
     this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onConnect(req, socket, head),
@@ -480,7 +485,7 @@ export class Broker implements AdminHost {
     this.#agent = agent;
     this.#setUpAuth(rt);
     this.notifier.setCommand(rt.rules.notify);
-    applyConnectionRules(this.#outer, this.#inner, rt.rules);
+    applyConnectionRules(this.#outer, this.#inner, rt.rules, this.#cap);
     this.#audit?.record({ decision: "reload", reason: rt.rules.origin });
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
     old.close().catch(() => {});
@@ -587,7 +592,12 @@ export class Broker implements AdminHost {
         );
         refuse(new BrokerError("upstream_unreachable", `could not reach ${where}`));
       };
-      const onTunnelled = () => audit();
+      const onTunnelled = () => {
+        audit();
+        // The client's first byte through the tunnel is its request (limits.connections).
+        if (head.length > 0) this.#cap.settled(socket);
+        else socket.once("data", () => this.#cap.settled(socket));
+      };
       const idleMs = rt.rules.timeouts.tunnelIdleMs;
       if (mapped !== undefined) {
         tunnel(socket, head, mapped, idleMs, onTunnelError, onTunnelled);

@@ -89,6 +89,10 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
       timeoutMs:
         (file.approvals?.timeout === undefined ? undefined : parseDuration(file.approvals.timeout)) ??
         DEFAULT_APPROVAL_TIMEOUT_MS,
+      maxPending: file.approvals?.max_pending ?? DEFAULT_APPROVAL_MAX_PENDING,
+      maxBytes:
+        (file.approvals?.max_bytes === undefined ? undefined : parseByteSize(file.approvals.max_bytes)) ??
+        DEFAULT_APPROVAL_MAX_BYTES,
     },
     audit: {
       enabled: file.audit?.enabled ?? true,
@@ -131,6 +135,9 @@ function compileState(
 
 /** SPEC §16: a held request is refused (403 approval_timeout) after this long by default. */
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 120_000;
+/** SPEC §3.10: held requests per broker, and bytes of their bodies, by default (decision 108). */
+export const DEFAULT_APPROVAL_MAX_PENDING = 64;
+export const DEFAULT_APPROVAL_MAX_BYTES = 64 * 1024 * 1024;
 
 export const DEFAULT_TIMEOUTS: Timeouts = {
   handshakeMs: 10_000,

@@ -756,6 +756,10 @@ export const ruleFileSchema = strict({
   approvals: strict({
     /** How long a held request waits for an answer; a rule's own timeout wins. Default 120s. */
     timeout: positiveDuration.optional(),
+    /** Requests this broker holds at once; beyond, 503 approvals_full (decision 108). Default 64. */
+    max_pending: z.number(expect("a whole number")).int("must be a whole number").min(1).optional(),
+    /** Bytes of held bodies this broker keeps at once; beyond, 503 approvals_full. Default 64MiB. */
+    max_bytes: byteSize.optional(),
   }).nullish(),
   audit: strict({
     enabled: z.boolean(expect("true or false")).optional(),

@@ -215,8 +215,11 @@ export interface Rules {
     Record<string, Readonly<Record<string, Readonly<Record<string, string>>>>>
   >;
   readonly clients: readonly ClientRule[];
-  /** Requests held by `approve` rules: how long they wait by default. */
-  readonly approvals: { readonly timeoutMs: number };
+  /**
+   * Requests held by `approve` rules: how long they wait by default, and how many (and how many
+   * bytes of body) this broker holds at once.
+   */
+  readonly approvals: { readonly timeoutMs: number; readonly maxPending: number; readonly maxBytes: number };
   /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
   readonly audit: {
     readonly enabled: boolean;

@@ -3,11 +3,15 @@
 // rule's timeout passes, or the client hangs up. Its body is read first (up to the retry cap; a
 // bigger one is refused with 413 at once) so the person sees a scrubbed preview of it and the
 // request goes out whole once approved. Requests no rule holds skip this stage at its first test.
+// A place in this broker's room for held requests is taken before the body is read and kept until
+// the request is answered (approvals.max_pending, approvals.max_bytes; decision 108): without one
+// the request is refused with 503 approvals_full and nothing more of its body is kept.
 import { stripQuery } from "../../audit/audit-log.js";
 import { redactText } from "../../audit/redact.js";
 import { knownSecrets } from "../../audit/scrub.js";
 import { BrokerError } from "../../core/errors.js";
 import type { PolicyRule } from "../../rules/types.js";
+import type { Place } from "../approval-room.js";
 import { type ApprovalRequest, type Approvals, ruleIdentity } from "../approvals.js";
 import type { Exchange } from "../exchange.js";
 import { hasBody } from "../forward.js";
@@ -63,8 +67,25 @@ function tooLarge(x: Exchange, limit: number): BrokerError {
   );
 }
 
-/** Reads the whole body, refusing one above `limit` bytes as soon as it gets there. */
-function readBounded(x: Exchange, limit: number): Promise<Buffer> {
+/** 503 approvals_full: this broker holds as many requests, or as many bytes of body, as it may. */
+function approvalsFull(x: Exchange, bound: "max_pending" | "max_bytes"): BrokerError {
+  const { maxPending, maxBytes } = x.rt.rules.approvals;
+  const what =
+    bound === "max_pending"
+      ? `${maxPending} requests are already waiting for approval on this broker`
+      : `the bodies of the requests waiting for approval on this broker would pass ${maxBytes} bytes`;
+  return new BrokerError("approvals_full", `${what} (approvals.${bound}); this one was not held`, {
+    provider: x.provider!.rule.id,
+    hint: `answer the pending requests (keybroker approvals), retry later, or raise approvals.${bound} in the rule file`,
+  });
+}
+
+/**
+ * Reads the whole body, refusing one above `limit` bytes as soon as it gets there. A body whose
+ * length was not declared is counted in `place` chunk by chunk, and refused (approvals_full) at
+ * the chunk that would pass the room's bytes.
+ */
+function readBounded(x: Exchange, limit: number, place: Place | undefined): Promise<Buffer> {
   const req = x.req;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -80,6 +101,11 @@ function readBounded(x: Exchange, limit: number): Promise<Buffer> {
       if (size > limit) {
         done();
         reject(tooLarge(x, limit));
+        return;
+      }
+      if (place !== undefined && !place.add(chunk.length)) {
+        done();
+        reject(approvalsFull(x, "max_bytes"));
         return;
       }
       chunks.push(chunk);
@@ -107,11 +133,31 @@ async function holdForApproval(x: Exchange, approvals: Approvals): Promise<void>
   const match = x.approval!;
   const request = describeRequest(x, match.rule);
   if (await approvals.covered(request)) return;
+  const place = approvals.room.enter(x.rt.rules.approvals);
+  if (place === undefined) throw approvalsFull(x, "max_pending");
+  try {
+    await holdIn(x, approvals, request, place);
+  } finally {
+    // Once answered the body is the request's own, as any request's retry copy is.
+    place.release();
+  }
+}
+
+async function holdIn(
+  x: Exchange,
+  approvals: Approvals,
+  request: ApprovalRequest,
+  place: Place,
+): Promise<void> {
+  const match = x.approval!;
   if (hasBody(x)) {
     const limit = x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT;
     const length = Number(x.req.headers["content-length"] ?? Number.NaN);
     if (length > limit) throw tooLarge(x, limit);
-    x.body = await readBounded(x, limit);
+    // A declared length is counted whole before a byte is read (node's parser keeps the body to it).
+    const declared = Number.isFinite(length);
+    if (declared && !place.add(length)) throw approvalsFull(x, "max_bytes");
+    x.body = await readBounded(x, limit, declared ? undefined : place);
   }
   const gone = new AbortController();
   const onClose = () => gone.abort();

@@ -700,7 +700,7 @@ describe("compiling", () => {
   it("defaults a client to every provider with the user role", () => {
     const rules = parse("clients: { cron: { token: T } }\n");
     expect(rules.clients).toEqual([{ name: "cron", token: "T", providers: "*", role: "user" }]);
-    expect(rules.approvals).toEqual({ timeoutMs: 120_000 });
+    expect(rules.approvals).toEqual({ timeoutMs: 120_000, maxPending: 64, maxBytes: 64 * 1024 * 1024 });
   });
 
   it("rejects a policy rule scoped to a client the file does not define", () => {
@@ -730,7 +730,7 @@ describe("compiling", () => {
         "      - approve: { roles: [boss], clients: ['bad name'] }",
         "clients:",
         "  a: { role: superuser, limits: { rpm: 0 } }",
-        "approvals: { timeout: 0s }",
+        "approvals: { timeout: 0s, max_pending: 0, max_bytes: 12 apples }",
       ].join("\n"),
     );
     expect(found.map((p) => [p.path, p.message])).toEqual([
@@ -740,7 +740,14 @@ describe("compiling", () => {
       ["clients.a.role", '"superuser" is not one of "owner", "admin", "user", "guest"'],
       ["clients.a.limits.rpm", "must be at least 1"],
       ["approvals.timeout", expect.stringContaining("more than zero")],
+      ["approvals.max_pending", "must be at least 1"],
+      ["approvals.max_bytes", expect.stringContaining("is not a size")],
     ]);
+  });
+
+  it("reads the bounds of held requests (SPEC §3.10)", () => {
+    const rules = parse("approvals: { max_pending: 2, max_bytes: 16KiB }\n");
+    expect(rules.approvals).toEqual({ timeoutMs: 120_000, maxPending: 2, maxBytes: 16 * 1024 });
   });
 });
 
@@ -763,7 +770,7 @@ describe("the SPEC §4 example", () => {
       { action: "approve", methods: ["PUT", "PATCH"], paths: ["/repos/*/*/branches/**"], timeoutMs: 120_000 },
       { action: "deny", methods: ["POST"], paths: ["/repos/*/*/issues"], roles: ["guest"] },
     ]);
-    expect(rules.approvals).toEqual({ timeoutMs: 120_000 });
+    expect(rules.approvals).toEqual({ timeoutMs: 120_000, maxPending: 64, maxBytes: 64 * 1024 * 1024 });
     expect(provider(rules, "vertex")).toMatchObject({ mount: "/p/vertex", hosts: [], credentials: [] });
     expect(provider(rules, "bedrock").auth?.kind).toBe("aws_sigv4");
     expect(provider(rules, "codex-oauth").credentials).toEqual([]);
