@@ -5,6 +5,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { UserError } from "../../core/errors.js";
 import { type DeviceStart, type OAuthClient, OAuthServerError, type Tokens } from "./oauth-client.js";
 
+/**
+ * The poll interval is the server's, floored at 1 s and capped at an hour: a hostile server must
+ * not make keybroker poll in a tight loop, neither with a tiny interval nor with one too long
+ * for a timer (decision 100).
+ */
+export const MIN_POLL_INTERVAL_S = 1;
+export const MAX_POLL_INTERVAL_S = 3600;
+
 export async function deviceLogin(
   client: OAuthClient,
   print: (line: string) => void,
@@ -18,10 +26,12 @@ export async function deviceLogin(
   if (start.verificationUriComplete !== undefined) print(`(or open ${start.verificationUri})`);
   print(`and enter the code: ${start.userCode}`);
   print("Waiting for the login to be approved...");
-  let interval = start.interval;
+  let interval = Math.max(MIN_POLL_INTERVAL_S, start.interval);
   const deadline = Date.now() + start.expiresIn * 1000;
   for (;;) {
-    await sleep(interval * 1000, undefined, { signal });
+    // Never past the code's expiry by more than the floor: one last poll, then the message.
+    const left = Math.max(MIN_POLL_INTERVAL_S, (deadline - Date.now()) / 1000);
+    await sleep(Math.min(interval, MAX_POLL_INTERVAL_S, left) * 1000, undefined, { signal });
     try {
       return await client.pollDevice(start.deviceCode, signal);
     } catch (err) {
