@@ -6,6 +6,7 @@ import { AUDIT_DECISIONS } from "../audit/audit-log.js";
 import type { ApprovalView } from "../proxy/approvals.js";
 import { formatUptime, type ProviderStatus, type StatusReport } from "../proxy/status.js";
 import type { StateHealth } from "../secrets/fleet/shared-state.js";
+import { isLinkableUrl } from "../secrets/oauth/verification-url.js";
 import type { AuditFilter, ChainState } from "./audit-view.js";
 import type { DeviceLoginState } from "./device-logins.js";
 import { formatBytes, type Html, html, relative } from "./html.js";
@@ -434,7 +435,12 @@ export function actionsPart(logins: readonly DeviceLoginState[]): Html {
     }</header>
 ${
   l.status === "waiting" && l.url !== undefined
-    ? html`<p>Open <a href="${l.url}" target="_blank" rel="noopener noreferrer">${l.url}</a> and enter</p><p class="code">${l.code ?? ""}</p>`
+    ? html`${
+        // The server's address is a link only when https (decision 100); else text to check.
+        isLinkableUrl(l.url)
+          ? html`<p>Open <a href="${l.url}" target="_blank" rel="noopener noreferrer">${l.url}</a> and enter</p>`
+          : html`<p>Open <code class="wrap">${l.url}</code> and enter</p><p class="hint">The authorization server gave an address that is not https: check it before you open it.</p>`
+      }<p class="code">${l.code ?? ""}</p>`
     : ""
 }
 ${l.message === undefined ? "" : html`<p class="hint">${l.message}</p>`}

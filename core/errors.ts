@@ -19,6 +19,8 @@ export const ERROR_STATUS = {
   upstream_unreachable: 502,
   upstream_tls: 502,
   upstream_timeout: 504,
+  /** A bug in keybroker: logged with its stack, never described to the client (decision 99). */
+  internal_error: 500,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -60,6 +62,13 @@ export class UsageError extends Error {
 /** A problem the user can fix from the command line (exit code 1). */
 export class UserError extends Error {
   override name = "UserError";
+}
+
+/** What the client is told of a bug: nothing of the error itself (its text may hold anything). */
+export function internalError(): BrokerError {
+  return new BrokerError("internal_error", "internal error in keybroker; see its log", {
+    hint: "report it with the broker's log line (keybroker's stderr)",
+  });
 }
 
 export interface ErrorResponse {

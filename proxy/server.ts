@@ -19,7 +19,7 @@ import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
 import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
-import { BrokerError, errorResponse } from "../core/errors.js";
+import { BrokerError, errorResponse, internalError } from "../core/errors.js";
 import { homeKey, homePath } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
@@ -118,12 +118,18 @@ function proxyCredentials(header: string | undefined): { user?: string; password
   if (header === undefined || !/^basic /i.test(header)) return {};
   const decoded = Buffer.from(header.slice(6).trim(), "base64").toString("utf8");
   const colon = decoded.indexOf(":");
-  return colon === -1
-    ? { user: decodeURIComponent(decoded) }
-    : {
-        user: decodeURIComponent(decoded.slice(0, colon)),
-        password: decodeURIComponent(decoded.slice(colon + 1)),
-      };
+  try {
+    return colon === -1
+      ? { user: decodeURIComponent(decoded) }
+      : {
+          user: decodeURIComponent(decoded.slice(0, colon)),
+          password: decodeURIComponent(decoded.slice(colon + 1)),
+        };
+  } catch {
+    throw new BrokerError("bad_request", "the Proxy-Authorization header has an invalid %-escape", {
+      hint: "use the proxy URL that `keybroker env --client <name>` prints",
+    });
+  }
 }
 
 export class Broker implements AdminHost {
@@ -510,6 +516,13 @@ export class Broker implements AdminHost {
       removeBrokerRecord(this.home, this.#address.port);
   }
 
+  /** A refusal as it is; anything else is a bug: logged with its stack, 500 to the client. */
+  #asBrokerError(err: unknown): BrokerError {
+    if (err instanceof BrokerError) return err;
+    this.log.error({ err }, "internal error while handling a request");
+    return internalError();
+  }
+
   #authenticate(header: string | undefined): ClientState {
     const { user, password } = proxyCredentials(header);
     const rt = this.#rt;
@@ -620,10 +633,7 @@ export class Broker implements AdminHost {
         tunnel(socket, head, { host: address, port: dest.port }, idleMs, onTunnelError, onTunnelled);
       });
     } catch (err) {
-      writeRawError(
-        socket,
-        err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid CONNECT request"),
-      );
+      writeRawError(socket, this.#asBrokerError(err));
     }
   }
 
@@ -687,10 +697,16 @@ export class Broker implements AdminHost {
         hint: "configure the proxy as HTTPS_PROXY so the client tunnels HTTPS",
       });
     }
+    let host: string;
+    try {
+      host = normalizeHost(target.hostname);
+    } catch {
+      throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
+    }
     return {
       mode: "plain",
       client: this.#authenticate(req.headers["proxy-authorization"]),
-      host: normalizeHost(target.hostname),
+      host,
       port: Number(target.port) || 80,
       scheme: "http",
       path: target.pathname + target.search,
@@ -702,7 +718,7 @@ export class Broker implements AdminHost {
     try {
       void this.#handle(req, res, this.#interceptedTarget(req));
     } catch (err) {
-      sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
+      sendError(res, this.#asBrokerError(err));
     }
   }
 
@@ -774,7 +790,7 @@ export class Broker implements AdminHost {
       }
       void this.#handle(req, res, this.#outerTarget(req));
     } catch (err) {
-      sendError(res, err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid request"));
+      sendError(res, this.#asBrokerError(err));
     }
   }
 
@@ -811,10 +827,7 @@ export class Broker implements AdminHost {
       const target = intercepted ? this.#interceptedTarget(req) : this.#outerTarget(req);
       void this.#handle(req, res, target, { socket, head });
     } catch (err) {
-      sendError(
-        res,
-        err instanceof BrokerError ? err : new BrokerError("bad_request", "invalid upgrade request"),
-      );
+      sendError(res, this.#asBrokerError(err));
     }
   }
 
@@ -895,7 +908,7 @@ export class Broker implements AdminHost {
         sendError(res, err);
       } else {
         this.log.error({ err }, "internal error while handling a request");
-        sendError(res, new BrokerError("bad_request", "internal error in keybroker; see its log"));
+        sendError(res, internalError());
       }
       req.resume();
     }

@@ -92,7 +92,8 @@ ${COMMON_HELP}`,
     for (const p of rt.providers.values()) {
       if (!p.active && p.rule.fromCatalogue) continue;
       const one = await reportProvider(p, rules, resolver, out, ctx.home);
-      if (one.usable) active++;
+      // An OAuth provider before its first login is set up, not broken (decision 98).
+      if (one.usable || one.json.state === "oauth_no_login") active++;
       problems.push(...one.problems);
       report.providers.push(one.json);
     }

@@ -86,7 +86,17 @@ ${COMMON_HELP}`,
     settleHeap();
     ctx.out(`keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath}`);
     for (const p of broker.runtime.providers.values()) {
-      if (p.active) {
+      if (p.rule.oauth !== undefined) {
+        // Active with no credential at all: its logins live in the token store (SPEC §8).
+        const logins = broker.logins.members(p.rule.id).length;
+        if (logins > 0 || p.rule.oauth.grant === "client_credentials")
+          ctx.log.info({ provider: p.rule.id, logins }, "provider active (OAuth)");
+        else
+          ctx.log.warn(
+            { provider: p.rule.id },
+            `provider has no OAuth login yet: its requests get 401 reauth_required until keybroker auth add ${p.rule.id}`,
+          );
+      } else if (p.active) {
         const used = p.resolutions.find((r) => r.secret !== undefined)!.secret!;
         ctx.log.info({ provider: p.rule.id, credential: used.id, source: used.source }, "provider active");
       } else if (!p.rule.fromCatalogue) {

@@ -4,6 +4,15 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { UserError } from "../../core/errors.js";
 import { type DeviceStart, type OAuthClient, OAuthServerError, type Tokens } from "./oauth-client.js";
+import { isLinkableUrl, printable } from "./verification-url.js";
+
+/**
+ * The poll interval is the server's, floored at 1 s and capped at an hour: a hostile server must
+ * not make keybroker poll in a tight loop, neither with a tiny interval nor with one too long
+ * for a timer (decision 100).
+ */
+export const MIN_POLL_INTERVAL_S = 1;
+export const MAX_POLL_INTERVAL_S = 3600;
 
 export async function deviceLogin(
   client: OAuthClient,
@@ -14,14 +23,20 @@ export async function deviceLogin(
 ): Promise<Tokens> {
   const start = await client.startDevice(signal);
   onStart?.(start);
-  print(`To log in to ${client.provider}, open: ${start.verificationUriComplete ?? start.verificationUri}`);
-  if (start.verificationUriComplete !== undefined) print(`(or open ${start.verificationUri})`);
-  print(`and enter the code: ${start.userCode}`);
+  const where = start.verificationUriComplete ?? start.verificationUri;
+  print(`To log in to ${client.provider}, open: ${printable(where)}`);
+  if (start.verificationUriComplete !== undefined) print(`(or open ${printable(start.verificationUri)})`);
+  if (!isLinkableUrl(where)) {
+    print("(the authorization server gave an address that is not https: check it before you open it)");
+  }
+  print(`and enter the code: ${printable(start.userCode)}`);
   print("Waiting for the login to be approved...");
-  let interval = start.interval;
+  let interval = Math.max(MIN_POLL_INTERVAL_S, start.interval);
   const deadline = Date.now() + start.expiresIn * 1000;
   for (;;) {
-    await sleep(interval * 1000, undefined, { signal });
+    // Never past the code's expiry by more than the floor: one last poll, then the message.
+    const left = Math.max(MIN_POLL_INTERVAL_S, (deadline - Date.now()) / 1000);
+    await sleep(Math.min(interval, MAX_POLL_INTERVAL_S, left) * 1000, undefined, { signal });
     try {
       return await client.pollDevice(start.deviceCode, signal);
     } catch (err) {

@@ -4,7 +4,7 @@
 // moment a callback with the right state (and iss, RFC 9207) arrives: no wait can end it after
 // that. An https redirect URI has the user paste the address they were sent to.
 import { once } from "node:events";
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, type ServerResponse } from "node:http";
 import { createInterface } from "node:readline";
 import * as oauth from "oauth4webapi";
 import { UserError } from "../../core/errors.js";
@@ -100,6 +100,26 @@ async function loopback(
     settle = resolve;
   });
   let done = false;
+  /** The first callback of this login to be checked through ends the wait; any later one is 404. */
+  const finish = (res: ServerResponse, r: { params?: URLSearchParams; error?: Error }) => {
+    if (done) {
+      res.writeHead(404).end();
+      return;
+    }
+    done = true;
+    res
+      .writeHead(r.error === undefined ? 200 : 400, { "content-type": "text/plain" })
+      .end(
+        r.error === undefined
+          ? "Logged in. You can close this tab.\n"
+          : "The login failed; see the terminal.\n",
+      );
+    settle(r);
+  };
+  const notOurs = (res: ServerResponse) =>
+    res
+      .writeHead(400, { "content-type": "text/plain" })
+      .end("This is not the login keybroker is waiting for.\n");
   const server: Server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", redirect);
     if (done || url.pathname !== redirect.pathname) {
@@ -108,20 +128,21 @@ async function loopback(
     }
     // Another tab or a stale callback: not ours, keep waiting for the right one.
     if (url.searchParams.get("state") !== state) {
-      res
-        .writeHead(400, { "content-type": "text/plain" })
-        .end("This is not the login keybroker is waiting for.\n");
+      notOurs(res);
       return;
     }
-    done = true;
     client.checkCallback(url, state).then(
-      (params) => {
-        res.writeHead(200, { "content-type": "text/plain" }).end("Logged in. You can close this tab.\n");
-        settle({ params });
-      },
+      (params) => finish(res, { params }),
       (err: Error) => {
-        res.writeHead(400, { "content-type": "text/plain" }).end("The login failed; see the terminal.\n");
-        settle({
+        // Only the server's own answer (right state and iss, RFC 9207) with an error ends the
+        // login. A wrong or missing iss is not the server we sent the user to: any local process
+        // could send it, and it must not cancel the login (SPEC §8). Say so, keep waiting.
+        if (!(err instanceof oauth.AuthorizationResponseError)) {
+          opts.print(`A callback was refused (${err.message}); still waiting for the login to come back.`);
+          notOurs(res);
+          return;
+        }
+        finish(res, {
           error: new UserError(`the login to ${client.provider} failed: ${err.message}; nothing was stored`),
         });
       },

