@@ -61,6 +61,21 @@ export function authRefs(rule: ProviderRule): string[] | undefined {
   ];
 }
 
+/**
+ * A provider whose key is read by default from its placeholder variable, and whose placeholder
+ * has aliases (decision 122): when the main variable has no value, the first alias that has one
+ * is its credential, for as long as these rules are loaded.
+ */
+async function withAliasCredential(rule: ProviderRule, resolver: SecretResolver): Promise<ProviderRule> {
+  const main = rule.credentials[0];
+  if (rule.credentialAliases.length === 0 || main === undefined) return rule;
+  if ((await resolver.resolve(main)).secret !== undefined) return rule;
+  for (const alias of rule.credentialAliases) {
+    if ((await resolver.resolve(alias)).secret !== undefined) return { ...rule, credentials: [alias] };
+  }
+  return rule;
+}
+
 export interface ClientState {
   readonly rule: ClientRule;
   readonly token: Secret | undefined;
@@ -118,7 +133,8 @@ export class Runtime {
   static async build(rules: Rules, resolver: SecretResolver, homeKey: Buffer): Promise<Runtime> {
     const providers = new Map<string, ProviderState>();
     await Promise.all(
-      rules.providers.map(async (rule) => {
+      rules.providers.map(async (given) => {
+        const rule = await withAliasCredential(given, resolver);
         const refs = authRefs(rule) ?? rule.credentials;
         const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
         // A service account needs every part of it; a pool needs one member; an OAuth

@@ -152,14 +152,15 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     }
 
     const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    const env = effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth);
-    const envOwner = envOwners.get(env);
-    if (envOwner === undefined) envOwners.set(env, provider);
-    else {
-      problems.push({
-        path: at("placeholder", "env"),
-        message: `the placeholder variable ${env} is already set for ${owner(envOwner)} — give this provider another (placeholder.env)${overrideHint(envOwner)}`,
-      });
+    for (const env of new Set(effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth))) {
+      const envOwner = envOwners.get(env);
+      if (envOwner === undefined) envOwners.set(env, provider);
+      else {
+        problems.push({
+          path: at("placeholder", "env"),
+          message: `the placeholder variable ${env} is already set for ${owner(envOwner)} — give this provider another (placeholder.env)${overrideHint(envOwner)}`,
+        });
+      }
     }
 
     if (input.oauth !== undefined && input.credentials !== undefined && !isOAuthOnly(id)) {

@@ -17,6 +17,7 @@ export function secretVariableNames(rules: Rules): Set<string> {
   };
   for (const provider of rules.providers) {
     provider.credentials.forEach(add);
+    provider.credentialAliases.forEach(add);
     if (provider.auth?.kind === "aws_sigv4") {
       add(provider.auth.accessKeyId);
       add(provider.auth.secretAccessKey);

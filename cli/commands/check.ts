@@ -261,7 +261,11 @@ async function reportProvider(
     problems: [
       first === undefined
         ? `provider "${id}" has no credential: list one under providers.${id}.credentials`
-        : `provider "${id}" has no credential: ${whereToSet(first, rules)}`,
+        : `provider "${id}" has no credential: ${whereToSet(first, rules)}${
+            rule.credentialAliases.length > 0
+              ? ` (or set ${rule.credentialAliases.join(" or ")} instead)`
+              : ""
+          }`,
     ],
   };
 }

@@ -289,6 +289,36 @@ describe("cross-checks", () => {
     ]);
   });
 
+  it("checks every name of a placeholder list, which cannot be empty", () => {
+    expect(
+      problems(
+        "providers:\n  my-codex: { hosts: [x.example.com], placeholder: { env: [MY_KEY, CODEX_API_KEY] } }\n",
+      ),
+    ).toMatchObject([
+      {
+        path: "providers.my-codex.placeholder.env",
+        message: expect.stringContaining("CODEX_API_KEY is already set for provider openai"),
+      },
+    ]);
+    expect(
+      problems("providers:\n  my: { hosts: [x.example.com], placeholder: { env: [] } }\n"),
+    ).toMatchObject([
+      { path: "providers.my.placeholder.env", message: expect.stringContaining("at least one") },
+    ]);
+  });
+
+  it("reads the key from the first name of a placeholder list, the others as its aliases", () => {
+    const rules = parse(
+      "providers:\n  my: { hosts: [x.example.com], placeholder: { env: [MY_KEY, MY_OTHER_KEY] } }\n",
+    );
+    expect(provider(rules, "my").credentials).toEqual(["MY_KEY"]);
+    expect(provider(rules, "my").credentialAliases).toEqual(["MY_OTHER_KEY"]);
+    const listed = parse(
+      "providers:\n  my: { hosts: [x.example.com], credentials: [K1], placeholder: { env: [MY_KEY, MY_OTHER_KEY] } }\n",
+    );
+    expect(provider(listed, "my").credentialAliases).toEqual([]);
+  });
+
   it("checks sources", () => {
     expect(problems("sources: { order: [infisical, env, env] }\n").map((p) => p.path)).toEqual([
       "sources.order",
@@ -349,11 +379,15 @@ describe("compiling", () => {
     expect(openai.credentials).toEqual(["OPENAI_API_KEY", "OPENAI_API_KEY_2"]);
     expect(openai.pool.strategy).toBe("round_robin");
     expect(openai.hosts.map((h) => h.host)).toEqual(["api.openai.com"]);
-    expect(openai.placeholder).toEqual({ env: "OPENAI_API_KEY", prefix: "sk-kb-" });
+    expect(openai.placeholder).toEqual({ env: ["OPENAI_API_KEY", "CODEX_API_KEY"], prefix: "sk-kb-" });
     expect(openai.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     // `inject` given in the file replaces the catalogue's whole inject block.
     expect(provider(rules, "gemini").inject).toEqual({ headers: [], query: "key" });
-    expect(provider(rules, "gemini").credentials).toEqual(["GEMINI_API_KEY", "GOOGLE_API_KEY"]);
+    expect(provider(rules, "gemini").credentials).toEqual(["GEMINI_API_KEY"]);
+    expect(provider(rules, "gemini").credentialAliases).toEqual([
+      "GOOGLE_API_KEY",
+      "GOOGLE_GENERATIVE_AI_API_KEY",
+    ]);
     expect(provider(rules, "anthropic").fromCatalogue).toBe(true);
     expect(rules.providers[0]?.id).toBe("openai");
   });
@@ -373,9 +407,10 @@ describe("compiling", () => {
       hosts: [{ source: "llm.example.com", host: "llm.example.com", wildcard: false, port: 443 }],
       inject: { headers: ["authorization"], format: "Bearer {secret}" },
       credentials: ["MY_LLM_API_KEY"],
+      credentialAliases: [],
       pool: { strategy: "fill_first" },
       headers: { set: {}, remove: [] },
-      placeholder: { env: "MY_LLM_API_KEY", prefix: "kb-" },
+      placeholder: { env: ["MY_LLM_API_KEY"], prefix: "kb-" },
       policy: [],
       allowPrivateUpstream: false,
       fromCatalogue: false,
@@ -397,7 +432,7 @@ describe("compiling", () => {
     );
     const codex = provider(rules, "codex-oauth");
     expect(codex.credentials).toEqual([]);
-    expect(codex.placeholder.env).toBe("CODEX_OAUTH_ACCESS_TOKEN");
+    expect(codex.placeholder.env).toEqual(["CODEX_OAUTH_ACCESS_TOKEN"]);
     expect(codex.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     expect(codex.oauth).toEqual({
       grant: "device",
@@ -438,7 +473,7 @@ describe("compiling", () => {
     );
     const partner = provider(rules, "partner");
     expect(partner.credentials).toEqual([]);
-    expect(partner.placeholder.env).toBe("PARTNER_ACCESS_TOKEN");
+    expect(partner.placeholder.env).toEqual(["PARTNER_ACCESS_TOKEN"]);
     expect(partner.oauth).toEqual({
       grant: "pkce",
       issuer: "https://idp.partner.example",
