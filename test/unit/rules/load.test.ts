@@ -218,16 +218,35 @@ describe("rule file errors", () => {
 });
 
 describe("cross-checks", () => {
-  it("rejects the same host pattern in two providers", () => {
-    const found = problems(
+  it("lets providers share a host, told apart by their placeholders", () => {
+    const rules = parse(
       "providers:\n  a: { hosts: [api.example.com] }\n  b: { hosts: [API.Example.com.] }\n  c: { hosts: [api.openai.com] }\n",
     );
-    expect(found.map((p) => p.path)).toEqual(["providers.b.hosts[0]", "providers.c.hosts[0]"]);
-    expect(found[0]?.message).toBe(
-      '"API.Example.com." is already bound to provider a; a host belongs to one provider',
+    expect(provider(rules, "b").hosts[0]?.host).toBe("api.example.com");
+    expect(provider(rules, "c").hosts[0]?.host).toBe("api.openai.com");
+  });
+
+  it("refuses a shared host when the providers cannot be told apart, or one is an MCP server", () => {
+    const found = problems(
+      [
+        "providers:",
+        "  a: { hosts: [api.example.com], placeholder: { value: same-fixed-value } }",
+        "  b: { hosts: [api.example.com], placeholder: { value: same-fixed-value } }",
+        "  notes: { mcp: https://mcp.example.com/mcp }",
+        "  d: { hosts: [mcp.example.com] }",
+        "  e: { hosts: [api.example.com, api.example.com] }",
+      ].join("\n"),
     );
-    expect(found[1]?.message).toContain("provider openai (embedded default catalogue)");
-    expect(found[1]?.message).toContain('name this provider "openai"');
+    expect(found.map((p) => p.path)).toEqual([
+      "providers.b.placeholder.value",
+      "providers.d.hosts[0]",
+      "providers.e.hosts[1]",
+    ]);
+    expect(found[0]?.message).toContain("this fixed placeholder is already provider a's");
+    expect(found[1]?.message).toBe(
+      '"mcp.example.com" is already bound to provider notes; an MCP server\'s host belongs to it alone',
+    );
+    expect(found[2]?.message).toContain("is listed twice");
   });
 
   it("allows the same host on another port", () => {
