@@ -2,8 +2,9 @@ import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
 import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
+import { CATALOGUE } from "../../rules/catalogue.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
-import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
+import { derivedEnvName, derivedTokenEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
 import { describeLogin, type LoginSummary } from "../../secrets/oauth/login.js";
@@ -77,6 +78,8 @@ ${COMMON_HELP}`,
     let active = 0;
     for (const p of rt.providers.values()) {
       if (!p.active && p.rule.fromCatalogue) continue;
+      const note = defaultPlaceholderNote(p.rule);
+      if (note !== undefined) warnings.push(note);
       const one = await reportProvider(p, rules, resolver, out, ctx.home);
       if (one.usable) active++;
       problems.push(...one.problems);
@@ -114,6 +117,17 @@ ${COMMON_HELP}`,
     return problems.length > 0 ? 1 : 0;
   },
 };
+
+/**
+ * A provider of the file that names no placeholder variable gets a derived one, which no agent
+ * reads by itself: say which (decision 124).
+ */
+function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
+  if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0 || rule.mcp) return;
+  const derived = rule.oauth === undefined ? derivedEnvName(rule.id) : derivedTokenEnvName(rule.id);
+  if (rule.placeholder.env.length !== 1 || rule.placeholder.env[0] !== derived) return;
+  return `provider "${rule.id}" has no placeholder.env: run and env set its placeholder in ${derived}; point the agent at that variable, or name the one the agent reads with placeholder: { env: NAME }`;
+}
 
 /** What `check --json` prints. */
 interface CheckReport {
