@@ -5,7 +5,8 @@ import type { Rules } from "./types.js";
 
 /**
  * Every environment variable that holds (or may hold) a real secret under these rules:
- * credentials named bare or with `env:`, client tokens, and the Infisical machine identity.
+ * credentials named bare or with `env:`, every placeholder variable, client tokens, and the
+ * Infisical machine identity.
  * `run` removes them from the child's environment.
  */
 export function secretVariableNames(rules: Rules): Set<string> {
@@ -18,6 +19,9 @@ export function secretVariableNames(rules: Rules): Set<string> {
   for (const provider of rules.providers) {
     provider.credentials.forEach(add);
     provider.credentialAliases.forEach(add);
+    // Where agents read the provider's key: a value there is a real one, whoever may use the
+    // provider (decision 122).
+    for (const name of provider.placeholder.env) names.add(name);
     if (provider.auth?.kind === "aws_sigv4") {
       add(provider.auth.accessKeyId);
       add(provider.auth.secretAccessKey);

@@ -17,13 +17,14 @@ import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const OPENAI_NAMES = ["OPENAI_API_KEY", "CODEX_API_KEY"];
 const GEMINI_NAMES = ["GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY"];
+const OTHER_CODEX_KEY = "sk-proj-codex-only-3d5f7a9c1e2b4d6f8a0c";
 const printEnv = [process.execPath, "-e", "process.stdout.write(JSON.stringify(process.env))"];
 
 const homes: string[] = [];
 const closers: (() => Promise<void>)[] = [];
 afterAll(async () => {
   for (const close of closers) await close();
-  expect(findSecrets([REAL_OPENAI, REAL_GEMINI], homes)).toEqual([]);
+  expect(findSecrets([REAL_OPENAI, REAL_GEMINI, OTHER_CODEX_KEY], homes)).toEqual([]);
 });
 
 function home(): string {
@@ -75,6 +76,25 @@ describe("placeholder aliases", () => {
     for (const name of GEMINI_NAMES) expect(env[name], name).toBe(env.GEMINI_API_KEY);
     expect(env.GEMINI_API_KEY).toMatch(/kbph-/);
     expect(findSecrets([REAL_OPENAI, REAL_GEMINI], [], [r.stdout, r.stderr])).toEqual([]);
+  });
+
+  it("run strips a real key from an alias of a provider the client may not use", async () => {
+    const dir = home();
+    writeConfig(
+      dir,
+      "version: 1\nproviders:\n  openai: { credentials: [OPENAI_API_KEY] }\n  gemini:\nclients:\n  narrow: { providers: [gemini] }\n",
+    );
+    const r = await cliAsync(["run", "--home", home(), "--client", "narrow", "--", ...printEnv], {
+      cwd: dir,
+      // A second key, under the alias only: keybroker does not resolve it, yet it is a key.
+      env: { OPENAI_API_KEY: REAL_OPENAI, CODEX_API_KEY: OTHER_CODEX_KEY, GEMINI_API_KEY: REAL_GEMINI },
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const env = JSON.parse(r.stdout) as Record<string, string>;
+    expect(env.CODEX_API_KEY).toBeUndefined();
+    expect(env.OPENAI_API_KEY).toBeUndefined();
+    expect(env.GOOGLE_API_KEY).toMatch(/kbph-/);
+    expect(findSecrets([REAL_OPENAI, REAL_GEMINI, OTHER_CODEX_KEY], [], [r.stdout, r.stderr])).toEqual([]);
   });
 
   describe("with a broker whose keys sit under aliases only", () => {
