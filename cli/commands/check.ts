@@ -4,7 +4,7 @@ import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
 import { CATALOGUE } from "../../rules/catalogue.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
-import { derivedEnvName, derivedTokenEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
+import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
 import { describeLogin, type LoginSummary } from "../../secrets/oauth/login.js";
@@ -123,8 +123,10 @@ ${COMMON_HELP}`,
  * reads by itself: say which (decision 124).
  */
 function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
-  if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0 || rule.mcp) return;
-  const derived = rule.oauth === undefined ? derivedEnvName(rule.id) : derivedTokenEnvName(rule.id);
+  if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0) return;
+  // An OAuth provider's agent usually holds its own login (SPEC §19), not a key variable.
+  if (rule.oauth !== undefined || rule.auth !== undefined) return;
+  const derived = derivedEnvName(rule.id);
   if (rule.placeholder.env.length !== 1 || rule.placeholder.env[0] !== derived) return;
   return `provider "${rule.id}" has no placeholder.env: run and env set its placeholder in ${derived}; point the agent at that variable, or name the one the agent reads with placeholder: { env: NAME }`;
 }
