@@ -15,7 +15,9 @@ function catalogueVariables(): string[] {
   const out: string[] = [];
   for (const [id, entry] of Object.entries(CATALOGUE)) {
     if (isOAuthOnly(id)) continue;
-    const refs = entry.credentials ?? [entry.placeholder?.env ?? derivedEnvName(id)];
+    const env = entry.placeholder?.env ?? derivedEnvName(id);
+    // Every alias the catalogue sets may hold a real key too (decision 122).
+    const refs = [...(entry.credentials ?? []), ...(Array.isArray(env) ? env : [env])];
     for (const ref of refs) {
       const parsed = parseRef(ref);
       if (parsed.source === undefined || parsed.source === "env") out.push(parsed.key);

@@ -36,7 +36,8 @@ export function agentView(rt: Runtime, client: string): AgentView | undefined {
   const placeholders: Record<string, string> = {};
   for (const id of providers) {
     const rule = rt.providers.get(id)!.rule;
-    placeholders[rule.placeholder.env] = rt.placeholders.get(client, id)!;
+    const value = rt.placeholders.get(client, id)!;
+    for (const name of rule.placeholder.env) placeholders[name] = value;
   }
   return {
     client,

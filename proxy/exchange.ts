@@ -39,6 +39,8 @@ export interface Exchange {
   /** Headers sent upstream (hop-by-hop already removed). */
   readonly headers: HeaderList;
   provider: ProviderState | undefined;
+  /** Providers sharing the request's host, until its placeholder picks one (decision 123). */
+  sharedHost?: readonly ProviderState[];
   /** The secret injected, when one was. */
   secret: Secret | undefined;
   /** Where the provider's own placeholder was seen (for the outside-injection-point warning). */

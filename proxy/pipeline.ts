@@ -24,7 +24,11 @@ import { createRequireAudit } from "./stages/require-audit.js";
 export type Stage = (x: Exchange) => void | Promise<void>;
 
 export function matchProvider(x: Exchange): void {
-  if (x.mode !== "reverse") x.provider = x.rt.providerForHost(x.host, x.port);
+  if (x.mode === "reverse") return;
+  const candidates = x.rt.providersForHost(x.host, x.port);
+  // A shared host: checkPlaceholders picks the provider whose placeholder the request carries.
+  if (candidates !== undefined && candidates.length > 1) x.sharedHost = candidates;
+  else x.provider = candidates?.[0];
 }
 
 /**

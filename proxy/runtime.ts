@@ -2,8 +2,8 @@
 // which providers are active. Built once per load or reload; the request path only reads it.
 import type { IncomingMessage } from "node:http";
 import { sameToken } from "../core/same-token.js";
-import { hostMatches } from "../rules/host-pattern.js";
-import type { ClientRule, ProviderRule, Rules } from "../rules/types.js";
+import { hostMatches, hostPatternKey } from "../rules/host-pattern.js";
+import type { ClientRule, HostPattern, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { Refresher } from "../secrets/oauth/refresher.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
@@ -61,6 +61,21 @@ export function authRefs(rule: ProviderRule): string[] | undefined {
   ];
 }
 
+/**
+ * A provider whose key is read by default from its placeholder variable, and whose placeholder
+ * has aliases (decision 122): when the main variable has no value, the first alias that has one
+ * is its credential, for as long as these rules are loaded.
+ */
+async function withAliasCredential(rule: ProviderRule, resolver: SecretResolver): Promise<ProviderRule> {
+  const main = rule.credentials[0];
+  if (rule.credentialAliases.length === 0 || main === undefined) return rule;
+  if ((await resolver.resolve(main)).secret !== undefined) return rule;
+  for (const alias of rule.credentialAliases) {
+    if ((await resolver.resolve(alias)).secret !== undefined) return { ...rule, credentials: [alias] };
+  }
+  return rule;
+}
+
 export interface ClientState {
   readonly rule: ClientRule;
   readonly token: Secret | undefined;
@@ -78,8 +93,10 @@ export class Runtime {
   logins: OAuthLogins | undefined;
   /** Refreshes OAuth logins (SPEC §8), set up by the broker with its agent. */
   refresher: Refresher | undefined;
-  readonly #exactHosts = new Map<string, ProviderState>();
-  readonly #wildcards: ProviderState[] = [];
+  /** Providers by `host:port`: one, or several sharing the host (decision 123). */
+  readonly #exactHosts = new Map<string, readonly ProviderState[]>();
+  /** Wildcard patterns in rule order, each with the providers that list it. */
+  readonly #wildcards: { pattern: HostPattern; providers: ProviderState[] }[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
   readonly #scrubCache = new Map<string, ScrubPatterns>();
   /** The last patterns built for a credential object: found without building a key string. */
@@ -102,8 +119,14 @@ export class Runtime {
     for (const state of providers.values()) {
       if (state.intercepted) {
         for (const host of state.rule.hosts) {
-          if (host.wildcard) this.#wildcards.push(state);
-          else this.#exactHosts.set(`${host.host}:${host.port}`, state);
+          if (host.wildcard) {
+            const same = this.#wildcards.find((w) => hostPatternKey(w.pattern) === hostPatternKey(host));
+            if (same === undefined) this.#wildcards.push({ pattern: host, providers: [state] });
+            else same.providers.push(state);
+          } else {
+            const key = `${host.host}:${host.port}`;
+            this.#exactHosts.set(key, [...(this.#exactHosts.get(key) ?? []), state]);
+          }
         }
       }
       if (state.rule.mount !== undefined && state.rule.upstream !== undefined) {
@@ -118,7 +141,8 @@ export class Runtime {
   static async build(rules: Rules, resolver: SecretResolver, homeKey: Buffer): Promise<Runtime> {
     const providers = new Map<string, ProviderState>();
     await Promise.all(
-      rules.providers.map(async (rule) => {
+      rules.providers.map(async (given) => {
+        const rule = await withAliasCredential(given, resolver);
         const refs = authRefs(rule) ?? rule.credentials;
         const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
         // A service account needs every part of it; a pool needs one member; an OAuth
@@ -169,14 +193,20 @@ export class Runtime {
     return patterns;
   }
 
-  /** The provider whose hosts include `host:port` (host already normalized). */
-  providerForHost(host: string, port: number): ProviderState | undefined {
+  /**
+   * The providers whose hosts include `host:port` (host already normalized): usually one;
+   * several when they share the host, and the request's placeholder picks (decision 123).
+   */
+  providersForHost(host: string, port: number): readonly ProviderState[] | undefined {
     const exact = this.#exactHosts.get(`${host}:${port}`);
     if (exact !== undefined) return exact;
-    for (const state of this.#wildcards) {
-      if (state.rule.hosts.some((p) => hostMatches(p, host, port))) return state;
-    }
+    for (const w of this.#wildcards) if (hostMatches(w.pattern, host, port)) return w.providers;
     return undefined;
+  }
+
+  /** The first provider whose hosts include `host:port`: whether the host is intercepted. */
+  providerForHost(host: string, port: number): ProviderState | undefined {
+    return this.providersForHost(host, port)?.[0];
   }
 
   /** The mounted provider for a reverse-mode path, and the rest of the path. */

@@ -243,11 +243,14 @@ function compileProvider(
   const value = input.placeholder?.value;
   // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
   // An OAuth provider's credentials are its logins (SPEC §8), kept in the token store.
-  const defaultCredentials =
-    isOAuthOnly(id) || input.auth !== undefined || input.oauth !== undefined ? [] : [env];
+  // Without `credentials`, the key is read from the first placeholder variable that has a value
+  // (decision 122): the others are its aliases, tried in order.
+  const keyed = !(isOAuthOnly(id) || input.auth !== undefined || input.oauth !== undefined);
+  const defaultCredentials = keyed ? env.slice(0, 1) : [];
   const credentials = (input.credentials ?? defaultCredentials).map((r) =>
     absoluteCredentialRef(r, ctx.baseDir, ctx.userHome),
   );
+  const credentialAliases = keyed && input.credentials === undefined ? env.slice(1) : [];
 
   const pool = input.pool ?? {};
   const retryBodyLimit =
@@ -264,6 +267,7 @@ function compileProvider(
     hosts: (input.hosts ?? []).map(parseHostPattern),
     inject: compileInject(input.inject),
     credentials,
+    credentialAliases,
     pool: {
       strategy: pool.strategy ?? "fill_first",
       ...(pool.affinity === undefined ? {} : { affinity: pool.affinity }),

@@ -75,6 +75,10 @@ function checkPolicyClients(raw: Raw, problems: PathProblem[]): void {
   }
 }
 
+function isMcp(provider: MergedProvider<Raw>): boolean {
+  return (provider.input as Raw).mcp !== undefined;
+}
+
 function owner(provider: MergedProvider<Raw>): string {
   return provider.fromCatalogue ? `provider ${provider.id} (${CATALOGUE_ORIGIN})` : `provider ${provider.id}`;
 }
@@ -86,7 +90,8 @@ function overrideHint(provider: MergedProvider<Raw>): string {
 }
 
 function checkProviders(providers: readonly MergedProvider<Raw>[], problems: PathProblem[]): void {
-  const hostOwners = new Map<string, MergedProvider<Raw>>();
+  const hostOwners = new Map<string, MergedProvider<Raw>[]>();
+  const valueOwners = new Map<string, MergedProvider<Raw>>();
   const mountOwners = new Map<string, MergedProvider<Raw>>();
   const envOwners = new Map<string, MergedProvider<Raw>>();
   // Catalogue providers are registered first, so a clash points at the file's entry, which is
@@ -124,20 +129,38 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       } catch {
         return; // the schema reports it
       }
-      const other = hostOwners.get(key);
-      if (other === undefined) hostOwners.set(key, provider);
-      else if (other === provider) {
+      const others = hostOwners.get(key) ?? [];
+      if (others.includes(provider)) {
         problems.push({
           path: at("hosts", index),
           message: `${JSON.stringify(host)} is listed twice — remove one`,
         });
-      } else {
+        return;
+      }
+      // Providers may share a host: the placeholder a request carries picks one (decision
+      // 123). Not an MCP server (every request to it gets its token, placeholder or not).
+      const other = others.find((o) => mcp !== undefined || isMcp(o));
+      if (other !== undefined) {
         problems.push({
           path: mcp !== undefined ? at("mcp") : at("hosts", index),
-          message: `${JSON.stringify(host)} is already bound to ${owner(other)}; a host belongs to one provider${overrideHint(other)}`,
+          message: `${JSON.stringify(host)} is already bound to ${owner(other)}; an MCP server's host belongs to it alone${overrideHint(other)}`,
+        });
+        return;
+      }
+      hostOwners.set(key, [...others, provider]);
+    });
+
+    const value = isRecord(input.placeholder) ? input.placeholder.value : undefined;
+    if (typeof value === "string") {
+      const other = valueOwners.get(value);
+      if (other === undefined) valueOwners.set(value, provider);
+      else {
+        problems.push({
+          path: at("placeholder", "value"),
+          message: `this fixed placeholder is already ${owner(other)}'s; the placeholder tells keybroker which provider a request is for — give each provider its own`,
         });
       }
-    });
+    }
 
     const effective = effectiveMount(id, mount, upstream);
     if (effective !== undefined) {
@@ -152,14 +175,15 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     }
 
     const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    const env = effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth);
-    const envOwner = envOwners.get(env);
-    if (envOwner === undefined) envOwners.set(env, provider);
-    else {
-      problems.push({
-        path: at("placeholder", "env"),
-        message: `the placeholder variable ${env} is already set for ${owner(envOwner)} — give this provider another (placeholder.env)${overrideHint(envOwner)}`,
-      });
+    for (const env of new Set(effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth))) {
+      const envOwner = envOwners.get(env);
+      if (envOwner === undefined) envOwners.set(env, provider);
+      else {
+        problems.push({
+          path: at("placeholder", "env"),
+          message: `the placeholder variable ${env} is already set for ${owner(envOwner)} — give this provider another (placeholder.env)${overrideHint(envOwner)}`,
+        });
+      }
     }
 
     if (input.oauth !== undefined && input.credentials !== undefined && !isOAuthOnly(id)) {

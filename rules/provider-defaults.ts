@@ -81,15 +81,24 @@ export function derivedTokenEnvName(id: string): string {
 }
 
 /**
- * The placeholder variable: the entry's, else the catalogue's, else `<ID>_ACCESS_TOKEN` for a
- * provider with an oauth block and `<ID>_API_KEY` for any other.
+ * The placeholder variables, first the main one: the entry's, else the catalogue's, else
+ * `<ID>_ACCESS_TOKEN` for a provider with an oauth block and `<ID>_API_KEY` for any other.
+ * Every one of them gets the same placeholder (decision 122).
  */
 export function effectivePlaceholderEnv(
   id: string,
   placeholderEnv: unknown,
   catalogueEntry?: ProviderInput,
   oauth = false,
-): string {
-  if (typeof placeholderEnv === "string") return placeholderEnv;
-  return catalogueEntry?.placeholder?.env ?? (oauth ? derivedTokenEnvName(id) : derivedEnvName(id));
+): readonly string[] {
+  const names = (v: unknown): string[] | undefined =>
+    typeof v === "string"
+      ? [v]
+      : Array.isArray(v)
+        ? v.filter((n): n is string => typeof n === "string")
+        : undefined;
+  return (
+    names(placeholderEnv) ??
+    names(catalogueEntry?.placeholder?.env) ?? [oauth ? derivedTokenEnvName(id) : derivedEnvName(id)]
+  );
 }

@@ -328,7 +328,13 @@ const headersSchema = strict({
 });
 
 const placeholderSchema = strict({
-  env: envName.optional(),
+  /** One variable, or a list that all get the same placeholder (decision 122). */
+  env: z
+    .union(
+      [envName, z.array(envName).min(1, "list at least one variable name")],
+      expect("a variable name or a list of them"),
+    )
+    .optional(),
   prefix: matching(
     /^[A-Za-z0-9._-]{0,32}$/,
     "a string",

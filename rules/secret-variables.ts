@@ -6,7 +6,8 @@ import type { Rules } from "./types.js";
 
 /**
  * Every credential reference of these rules: providers' credentials, service-account parts,
- * OAuth client secrets, client tokens, the Infisical machine identity, the fleet's Redis password.
+ * every placeholder variable (read as a bare name), OAuth client secrets,
+ * client tokens, the Infisical machine identity, the fleet's Redis password.
  */
 export function secretRefs(rules: Rules): string[] {
   const refs: string[] = [];
@@ -15,6 +16,10 @@ export function secretRefs(rules: Rules): string[] {
   };
   for (const provider of rules.providers) {
     provider.credentials.forEach(add);
+    provider.credentialAliases.forEach(add);
+    // Where agents read the provider's key: a value there is a real one, whoever may use the
+    // provider (decision 122).
+    for (const name of provider.placeholder.env) add(name);
     if (provider.auth?.kind === "aws_sigv4") {
       add(provider.auth.accessKeyId);
       add(provider.auth.secretAccessKey);

@@ -113,6 +113,11 @@ export interface ProviderRule {
   readonly inject: InjectSpec;
   /** Credential references, in pool order: `NAME`, `env:NAME`, `dotenv:NAME`, `file:PATH`, ... */
   readonly credentials: readonly string[];
+  /**
+   * Variables tried in order when the only credential (a default one, the first placeholder
+   * variable) has no value: the placeholder variable's aliases (decision 122).
+   */
+  readonly credentialAliases: readonly string[];
   readonly pool: {
     readonly strategy: PoolStrategy;
     /** `client`: keep each client on the credential it used last while that one has quota. */
@@ -127,8 +132,8 @@ export interface ProviderRule {
     readonly remove: readonly string[];
   };
   readonly placeholder: {
-    /** The environment variable `run`/`env` set to the placeholder. */
-    readonly env: string;
+    /** The environment variables `run`/`env` set to the placeholder, the main one first. */
+    readonly env: readonly string[];
     readonly prefix: string;
     /** A fixed placeholder instead of the derived one. */
     readonly value?: string;

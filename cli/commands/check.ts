@@ -2,6 +2,7 @@ import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
 import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
+import { CATALOGUE } from "../../rules/catalogue.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
@@ -91,6 +92,8 @@ ${COMMON_HELP}`,
     let active = 0;
     for (const p of rt.providers.values()) {
       if (!p.active && p.rule.fromCatalogue) continue;
+      const note = defaultPlaceholderNote(p.rule);
+      if (note !== undefined) warnings.push(note);
       const one = await reportProvider(p, rules, resolver, out, ctx.home);
       // An OAuth provider before its first login is set up, not broken (decision 98).
       if (one.usable || one.json.state === "oauth_no_login") active++;
@@ -129,6 +132,19 @@ ${COMMON_HELP}`,
     return problems.length > 0 ? 1 : 0;
   },
 };
+
+/**
+ * A provider of the file that names no placeholder variable gets a derived one, which no agent
+ * reads by itself: say which (decision 124).
+ */
+function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
+  if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0) return;
+  // An OAuth provider's agent usually holds its own login (SPEC §19), not a key variable.
+  if (rule.oauth !== undefined || rule.auth !== undefined) return;
+  const derived = derivedEnvName(rule.id);
+  if (rule.placeholder.env.length !== 1 || rule.placeholder.env[0] !== derived) return;
+  return `provider "${rule.id}" has no placeholder.env: run and env set its placeholder in ${derived}; point the agent at that variable, or name the one the agent reads with placeholder: { env: NAME }`;
+}
 
 /** What `check --json` prints. */
 interface CheckReport {
@@ -276,7 +292,11 @@ async function reportProvider(
     problems: [
       first === undefined
         ? `provider "${id}" has no credential: list one under providers.${id}.credentials`
-        : `provider "${id}" has no credential: ${whereToSet(first, rules)}`,
+        : `provider "${id}" has no credential: ${whereToSet(first, rules)}${
+            rule.credentialAliases.length > 0
+              ? ` (or set ${rule.credentialAliases.join(" or ")} instead)`
+              : ""
+          }`,
     ],
   };
 }

@@ -5,6 +5,7 @@ import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-s
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker, localRuntime } from "../context.js";
+import { envWarnings } from "../env-warnings.js";
 import { readRules } from "../read-rules.js";
 
 function shellQuote(value: string): string {
@@ -69,6 +70,7 @@ ${COMMON_HELP}`,
     const preload = { nodePreload: values["node-preload"] === true };
     const running = await findRunningBroker(ctx.home, port);
     let vars: Record<string, string>;
+    let url = running?.url;
     if (running !== undefined) {
       const view = await brokerAgentView(ctx, running, client, path);
       vars = await buildAgentVariables(ctx, rules, view, running, preload);
@@ -76,7 +78,7 @@ ${COMMON_HELP}`,
       if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
       const ca = loadOrCreateCa(ctx.home);
       const view = localAgentView(await localRuntime(ctx, rules), client);
-      const url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
+      url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
       vars = await buildAgentVariables(
         ctx,
         rules,
@@ -86,6 +88,9 @@ ${COMMON_HELP}`,
       );
     }
     ctx.out(formatVariables(vars, format));
+    for (const w of await envWarnings({ url: url!, running: running !== undefined, ...preload })) {
+      ctx.err(`keybroker env: warning: ${w}`);
+    }
     return 0;
   },
 };

@@ -105,10 +105,12 @@ ${COMMON_HELP}`,
     for (const [s, h] of handlers) process.on(s, h);
     const code = await new Promise<number>((resolve) => {
       child.once("error", (err) => {
-        ctx.err(
-          `keybroker run: cannot start ${command[0]}: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
-        );
-        resolve(127);
+        // As a shell says it: 127 for a command not found, 126 for one that cannot run.
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === "ENOENT") ctx.err(`keybroker run: command not found: ${command[0]}`);
+        else if (code === "EACCES") ctx.err(`keybroker run: permission denied: ${command[0]}`);
+        else ctx.err(`keybroker run: cannot start ${command[0]}: ${code ?? err.message}`);
+        resolve(code === "EACCES" ? 126 : 127);
       });
       child.once("exit", (status, signal) => {
         resolve(status ?? 128 + (signal ? (constants.signals[signal] ?? 1) : 1));

@@ -44,7 +44,16 @@ ${COMMON_HELP}`,
     const { values } = parse(argv, { json: { type: "boolean" }, port: { type: "string" } });
     const port = brokerPort(values.port);
     const ctx = createContext(values);
-    const running = (await findRunningBrokers(ctx.home)).filter((b) => port === undefined || b.port === port);
+    const all = await findRunningBrokers(ctx.home);
+    const running = all.filter((b) => port === undefined || b.port === port);
+    if (running.length === 0 && all.length > 0) {
+      // `--port` names the wrong one: say where this home's brokers are.
+      ctx.err(
+        `keybroker status: no keybroker of this home runs on port ${port}; ${all.length === 1 ? "one runs" : "they run"} on ${all
+          .map((b) => `port ${b.port} (keybroker status --port ${b.port})`)
+          .join(", ")}`,
+      );
+    }
     const reports =
       running.length > 0
         ? await Promise.all(running.map((b) => adminRequest<StatusReport>(ctx.home, b, "GET", "status")))

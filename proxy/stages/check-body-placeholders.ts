@@ -53,7 +53,8 @@ function unreadable(x: Exchange, why: string): BrokerError {
 }
 
 export function checkBodyPlaceholders(x: Exchange): void {
-  if (x.provider !== undefined || x.mode === "reverse" || x.rt.rules.intercept !== "all") return;
+  if (x.provider !== undefined || x.sharedHost !== undefined || x.mode === "reverse") return;
+  if (x.rt.rules.intercept !== "all") return;
   const search = searchFor(x.rt.placeholders);
   if (!search.patterns.active) return;
   if (x.body === undefined ? !hasBody(x) : x.body.length === 0) return;

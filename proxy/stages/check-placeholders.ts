@@ -34,6 +34,7 @@ export function checkPlaceholders(x: Exchange): void {
   const index = x.rt.placeholders;
   for (const { placeholder, where } of findPlaceholders(x)) {
     const owner = index.owner(placeholder)!;
+    if (x.sharedHost !== undefined) pickSharedProvider(x, owner.provider);
     const providerId = x.provider?.rule.id;
     if (owner.provider !== providerId) {
       throw new BrokerError(
@@ -61,4 +62,24 @@ export function checkPlaceholders(x: Exchange): void {
     }
     x.placeholderSeenAt.push(where);
   }
+}
+
+/**
+ * On a host several providers share, the first placeholder of one of them picks it; a
+ * placeholder of another provider of the host as well is refused (decision 123).
+ */
+function pickSharedProvider(x: Exchange, owner: string): void {
+  const candidate = x.sharedHost!.find((p) => p.rule.id === owner);
+  if (candidate === undefined) return; // not a provider of this host: the mismatch below
+  if (x.provider === undefined) {
+    x.provider = candidate;
+    return;
+  }
+  if (x.provider === candidate) return;
+  const both = `"${x.provider.rule.id}" and "${owner}"`;
+  throw new BrokerError(
+    "bad_request",
+    `the request to ${x.host} carries placeholders of two providers that share it, ${both}; keybroker cannot tell which credential to use, so nothing was sent`,
+    { hint: `send one provider's placeholder per request (keybroker env prints each)` },
+  );
 }

@@ -62,6 +62,17 @@ export function cappedFetch(opts: CappedFetchOptions) {
     } catch (err) {
       if (timeout.aborted) throw late();
       if (init.signal?.aborted) throw err;
+      const refused = privateAddressRefusal(err);
+      if (refused !== undefined) {
+        // Say which change to the rules lets it through (decision 124).
+        const u = new URL(url);
+        const target = `${refused.host}:${u.port || (u.protocol === "http:" ? 80 : 443)}`;
+        throw new OAuthEndpointError(
+          `cannot reach ${endpoint}: ${refused.message}, refused — list "${target}" under resolve: (with its CA under upstream_ca: when it serves https), or set allow_private_upstream: true on the provider`,
+          true,
+          err,
+        );
+      }
       throw new OAuthEndpointError(
         `cannot reach ${endpoint}: ${(err as Error).cause ?? (err as Error).message}`,
         true,
@@ -99,4 +110,15 @@ export function cappedFetch(opts: CappedFetchOptions) {
       headers: [...res.headers],
     });
   };
+}
+
+/** The upstream agent's refusal of a private address (proxy/upstream.ts), if that is the cause. */
+function privateAddressRefusal(err: unknown): { host: string; message: string } | undefined {
+  for (let e = err; e instanceof Error; e = e.cause) {
+    const host = (e as { code?: unknown; host?: unknown }).host;
+    if ((e as { code?: unknown }).code === "EKB_PRIVATE_ADDRESS" && typeof host === "string") {
+      return { host, message: e.message };
+    }
+  }
+  return undefined;
 }

@@ -58,26 +58,31 @@ describe("embedded default catalogue", () => {
       hosts: [{ host: "api.openai.com" }],
       inject: { headers: ["authorization"], format: "Bearer {secret}" },
       credentials: ["OPENAI_API_KEY"],
-      placeholder: { env: "OPENAI_API_KEY", prefix: "sk-kb-" },
+      credentialAliases: ["CODEX_API_KEY"],
+      placeholder: { env: ["OPENAI_API_KEY", "CODEX_API_KEY"], prefix: "sk-kb-" },
     });
     expect(get("anthropic")).toMatchObject({
       hosts: [{ host: "api.anthropic.com" }],
       inject: { headers: ["x-api-key", "authorization"] },
       credentials: ["ANTHROPIC_API_KEY"],
-      placeholder: { env: "ANTHROPIC_API_KEY", prefix: "sk-ant-kb-" },
+      placeholder: { env: ["ANTHROPIC_API_KEY"], prefix: "sk-ant-kb-" },
     });
     expect(get("gemini")).toMatchObject({
       hosts: [{ host: "generativelanguage.googleapis.com" }],
       inject: { headers: ["x-goog-api-key"], query: "key", format: "{secret}" },
-      credentials: ["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-      placeholder: { env: "GEMINI_API_KEY" },
+      credentials: ["GEMINI_API_KEY"],
+      credentialAliases: ["GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY"],
+      placeholder: { env: ["GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY"] },
     });
     expect(get("azure-openai")).toMatchObject({
       hosts: [{ host: "openai.azure.com", wildcard: true }],
       inject: { headers: ["api-key"], format: "{secret}" },
       credentials: ["AZURE_OPENAI_API_KEY"],
+      credentialAliases: ["AZURE_API_KEY"],
     });
     expect(get("huggingface").credentials).toEqual(["HF_TOKEN"]);
+    expect(get("huggingface").credentialAliases).toEqual(["HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_API_KEY"]);
+    expect(get("together").credentialAliases).toEqual(["TOGETHERAI_API_KEY", "TOGETHER_AI_API_KEY"]);
     expect(get("together").hosts.map((h) => h.host)).toEqual(["api.together.xyz", "api.together.ai"]);
     const variables: Record<string, string> = {
       openrouter: "OPENROUTER_API_KEY",
@@ -85,13 +90,11 @@ describe("embedded default catalogue", () => {
       mistral: "MISTRAL_API_KEY",
       deepseek: "DEEPSEEK_API_KEY",
       xai: "XAI_API_KEY",
-      fireworks: "FIREWORKS_API_KEY",
-      perplexity: "PERPLEXITY_API_KEY",
       nous: "NOUS_API_KEY",
     };
     for (const [id, variable] of Object.entries(variables)) {
       expect(get(id).credentials).toEqual([variable]);
-      expect(get(id).placeholder).toEqual({ env: variable, prefix: "kb-" });
+      expect(get(id).placeholder).toEqual({ env: [variable], prefix: "kb-" });
       expect(get(id).inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     }
   });

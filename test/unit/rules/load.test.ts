@@ -218,16 +218,35 @@ describe("rule file errors", () => {
 });
 
 describe("cross-checks", () => {
-  it("rejects the same host pattern in two providers", () => {
-    const found = problems(
+  it("lets providers share a host, told apart by their placeholders", () => {
+    const rules = parse(
       "providers:\n  a: { hosts: [api.example.com] }\n  b: { hosts: [API.Example.com.] }\n  c: { hosts: [api.openai.com] }\n",
     );
-    expect(found.map((p) => p.path)).toEqual(["providers.b.hosts[0]", "providers.c.hosts[0]"]);
-    expect(found[0]?.message).toBe(
-      '"API.Example.com." is already bound to provider a; a host belongs to one provider',
+    expect(provider(rules, "b").hosts[0]?.host).toBe("api.example.com");
+    expect(provider(rules, "c").hosts[0]?.host).toBe("api.openai.com");
+  });
+
+  it("refuses a shared host when the providers cannot be told apart, or one is an MCP server", () => {
+    const found = problems(
+      [
+        "providers:",
+        "  a: { hosts: [api.example.com], placeholder: { value: same-fixed-value } }",
+        "  b: { hosts: [api.example.com], placeholder: { value: same-fixed-value } }",
+        "  notes: { mcp: https://mcp.example.com/mcp }",
+        "  d: { hosts: [mcp.example.com] }",
+        "  e: { hosts: [api.example.com, api.example.com] }",
+      ].join("\n"),
     );
-    expect(found[1]?.message).toContain("provider openai (embedded default catalogue)");
-    expect(found[1]?.message).toContain('name this provider "openai"');
+    expect(found.map((p) => p.path)).toEqual([
+      "providers.b.placeholder.value",
+      "providers.d.hosts[0]",
+      "providers.e.hosts[1]",
+    ]);
+    expect(found[0]?.message).toContain("this fixed placeholder is already provider a's");
+    expect(found[1]?.message).toBe(
+      '"mcp.example.com" is already bound to provider notes; an MCP server\'s host belongs to it alone',
+    );
+    expect(found[2]?.message).toContain("is listed twice");
   });
 
   it("allows the same host on another port", () => {
@@ -287,6 +306,36 @@ describe("cross-checks", () => {
         message: expect.stringContaining("OPENAI_API_KEY is already set"),
       },
     ]);
+  });
+
+  it("checks every name of a placeholder list, which cannot be empty", () => {
+    expect(
+      problems(
+        "providers:\n  my-codex: { hosts: [x.example.com], placeholder: { env: [MY_KEY, CODEX_API_KEY] } }\n",
+      ),
+    ).toMatchObject([
+      {
+        path: "providers.my-codex.placeholder.env",
+        message: expect.stringContaining("CODEX_API_KEY is already set for provider openai"),
+      },
+    ]);
+    expect(
+      problems("providers:\n  my: { hosts: [x.example.com], placeholder: { env: [] } }\n"),
+    ).toMatchObject([
+      { path: "providers.my.placeholder.env", message: expect.stringContaining("at least one") },
+    ]);
+  });
+
+  it("reads the key from the first name of a placeholder list, the others as its aliases", () => {
+    const rules = parse(
+      "providers:\n  my: { hosts: [x.example.com], placeholder: { env: [MY_KEY, MY_OTHER_KEY] } }\n",
+    );
+    expect(provider(rules, "my").credentials).toEqual(["MY_KEY"]);
+    expect(provider(rules, "my").credentialAliases).toEqual(["MY_OTHER_KEY"]);
+    const listed = parse(
+      "providers:\n  my: { hosts: [x.example.com], credentials: [K1], placeholder: { env: [MY_KEY, MY_OTHER_KEY] } }\n",
+    );
+    expect(provider(listed, "my").credentialAliases).toEqual([]);
   });
 
   it("checks sources", () => {
@@ -349,11 +398,15 @@ describe("compiling", () => {
     expect(openai.credentials).toEqual(["OPENAI_API_KEY", "OPENAI_API_KEY_2"]);
     expect(openai.pool.strategy).toBe("round_robin");
     expect(openai.hosts.map((h) => h.host)).toEqual(["api.openai.com"]);
-    expect(openai.placeholder).toEqual({ env: "OPENAI_API_KEY", prefix: "sk-kb-" });
+    expect(openai.placeholder).toEqual({ env: ["OPENAI_API_KEY", "CODEX_API_KEY"], prefix: "sk-kb-" });
     expect(openai.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     // `inject` given in the file replaces the catalogue's whole inject block.
     expect(provider(rules, "gemini").inject).toEqual({ headers: [], query: "key" });
-    expect(provider(rules, "gemini").credentials).toEqual(["GEMINI_API_KEY", "GOOGLE_API_KEY"]);
+    expect(provider(rules, "gemini").credentials).toEqual(["GEMINI_API_KEY"]);
+    expect(provider(rules, "gemini").credentialAliases).toEqual([
+      "GOOGLE_API_KEY",
+      "GOOGLE_GENERATIVE_AI_API_KEY",
+    ]);
     expect(provider(rules, "anthropic").fromCatalogue).toBe(true);
     expect(rules.providers[0]?.id).toBe("openai");
   });
@@ -373,9 +426,10 @@ describe("compiling", () => {
       hosts: [{ source: "llm.example.com", host: "llm.example.com", wildcard: false, port: 443 }],
       inject: { headers: ["authorization"], format: "Bearer {secret}" },
       credentials: ["MY_LLM_API_KEY"],
+      credentialAliases: [],
       pool: { strategy: "fill_first" },
       headers: { set: {}, remove: [] },
-      placeholder: { env: "MY_LLM_API_KEY", prefix: "kb-" },
+      placeholder: { env: ["MY_LLM_API_KEY"], prefix: "kb-" },
       policy: [],
       allowPrivateUpstream: false,
       fromCatalogue: false,
@@ -397,7 +451,7 @@ describe("compiling", () => {
     );
     const codex = provider(rules, "codex-oauth");
     expect(codex.credentials).toEqual([]);
-    expect(codex.placeholder.env).toBe("CODEX_OAUTH_ACCESS_TOKEN");
+    expect(codex.placeholder.env).toEqual(["CODEX_OAUTH_ACCESS_TOKEN"]);
     expect(codex.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
     expect(codex.oauth).toEqual({
       grant: "device",
@@ -438,7 +492,7 @@ describe("compiling", () => {
     );
     const partner = provider(rules, "partner");
     expect(partner.credentials).toEqual([]);
-    expect(partner.placeholder.env).toBe("PARTNER_ACCESS_TOKEN");
+    expect(partner.placeholder.env).toEqual(["PARTNER_ACCESS_TOKEN"]);
     expect(partner.oauth).toEqual({
       grant: "pkce",
       issuer: "https://idp.partner.example",

@@ -33,7 +33,7 @@ describe("mcp: <url>", () => {
     expect(p.credentials).toEqual([]);
     expect(p.inject.headers).toEqual(["authorization"]);
     expect(p.oauth).toMatchObject({ grant: "pkce", clientId: "", scopes: [], clientAuth: "none" });
-    expect(p.placeholder.env).toBe("NOTES_ACCESS_TOKEN");
+    expect(p.placeholder.env).toEqual(["NOTES_ACCESS_TOKEN"]);
   });
 
   it("binds the port when it is not 443, and keeps a mount given", () => {

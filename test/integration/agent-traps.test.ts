@@ -1,0 +1,154 @@
+// The traps an agent's setup falls into, met with words that name the fix (decision 124): env
+// toward a broker nobody started or for a Node that ignores the proxy, status on the wrong
+// port, a custom provider's derived variable, a command that does not exist, and an OAuth
+// server on a loopback address.
+import { describe, expect, it } from "vitest";
+import { nodeIgnoresProxy } from "../../cli/env-warnings.js";
+import { cli, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
+import { freePort } from "../helpers/cli-session.js";
+import { ALL_REAL, REAL_OPENAI } from "../helpers/fixture.js";
+
+const { home } = scannedHomes(ALL_REAL);
+
+describe("keybroker env", () => {
+  it("warns when no broker answers on the address it prints, and not when one does", async () => {
+    const h = home();
+    const port = await freePort();
+    const config = writeConfig(home(), `version: 1\nlisten: 127.0.0.1:${port}\n`);
+    const alone = await cliAsync(["env", "--home", h, "--config", config, "--node-preload"], {
+      env: { OPENAI_API_KEY: REAL_OPENAI },
+    });
+    expect(alone.status, alone.stderr).toBe(0);
+    expect(alone.stdout).toContain(`HTTPS_PROXY='http://127.0.0.1:${port}'`);
+    expect(alone.stderr).toBe(
+      `keybroker env: warning: no broker is running on 127.0.0.1:${port}: start one with \`keybroker start\` (or use \`keybroker run\`)\n`,
+    );
+
+    const broker = await startBroker({ home: h, config, env: { OPENAI_API_KEY: REAL_OPENAI } });
+    try {
+      const served = await cliAsync(["env", "--home", h, "--config", config, "--node-preload"]);
+      expect(served.status, served.stderr).toBe(0);
+      expect(served.stderr).toBe("");
+    } finally {
+      await broker.stop();
+    }
+  });
+
+  it("warns on a Node whose fetch ignores HTTPS_PROXY unless --node-preload is given", async () => {
+    const config = writeConfig(home(), "version: 1\n");
+    const r = await cliAsync(["env", "--home", home(), "--config", config], {
+      env: { OPENAI_API_KEY: REAL_OPENAI },
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const warning = `keybroker env: warning: this is Node ${process.versions.node}, whose fetch ignores HTTPS_PROXY: a Node agent started with these variables bypasses keybroker; add --node-preload (or use \`keybroker run\`)`;
+    // This test runs the CLI on the Node running vitest: the warning follows its version.
+    if (nodeIgnoresProxy(process.versions.node)) expect(r.stderr).toContain(warning);
+    else expect(r.stderr).not.toContain("whose fetch ignores");
+    const preloaded = await cliAsync(["env", "--home", home(), "--config", config, "--node-preload"], {
+      env: { OPENAI_API_KEY: REAL_OPENAI },
+    });
+    expect(preloaded.stderr).not.toContain("whose fetch ignores");
+  });
+
+  it("knows which Node versions route fetch through the proxy by themselves", () => {
+    expect(["20.19.0", "20.20.2", "22.20.0", "21.7.3"].map((v) => nodeIgnoresProxy(v))).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    expect(["22.21.0", "22.22.1", "24.0.0", "25.1.0"].map((v) => nodeIgnoresProxy(v))).toEqual([
+      false,
+      false,
+      false,
+      false,
+    ]);
+  });
+});
+
+describe("keybroker status --port", () => {
+  it("names the port this home's broker runs on when nothing of it runs on the one given", async () => {
+    const h = home();
+    const broker = await startBroker({ home: h, env: { OPENAI_API_KEY: REAL_OPENAI } });
+    try {
+      const other = await freePort();
+      const r = await cliAsync(["status", "--home", h, "--port", String(other)]);
+      expect(r.status).toBe(3);
+      expect(r.stderr).toContain(
+        `no keybroker of this home runs on port ${other}; one runs on port ${broker.port} (keybroker status --port ${broker.port})`,
+      );
+    } finally {
+      await broker.stop();
+    }
+  });
+});
+
+describe("keybroker check", () => {
+  it("says which variable a custom provider without placeholder.env gets", () => {
+    const config = writeConfig(
+      home(),
+      [
+        "version: 1",
+        "providers:",
+        "  my-llm: { hosts: [llm.example.com], credentials: [MY_KEY] }",
+        "  named: { hosts: [n.example.com], credentials: [MY_KEY], placeholder: { env: NAMED_KEY } }",
+        "  sso: { hosts: [s.example.com], oauth: { token_endpoint: https://s.example.com/t, device_authorization_endpoint: https://s.example.com/d, client_id: c } }",
+        "",
+      ].join("\n"),
+    );
+    const r = cli(["check", "--home", home(), "--config", config], { env: { MY_KEY: REAL_OPENAI } });
+    expect(r.stderr).toContain(
+      'warning: provider "my-llm" has no placeholder.env: run and env set its placeholder in MY_LLM_API_KEY; point the agent at that variable, or name the one the agent reads with placeholder: { env: NAME }',
+    );
+    expect(r.stderr).not.toContain('"named"');
+    expect(r.stderr).not.toContain('"sso"');
+    // A warning, not a problem: the rules are usable as they are.
+    expect(r.stderr).not.toContain("problem:");
+  });
+});
+
+describe("keybroker run", () => {
+  it("says a command that does not exist is not found, and exits 127 as a shell does", () => {
+    const r = cli(["run", "--home", home(), "--", "nosuchcmd-kb-test", "--flag"], {
+      env: { OPENAI_API_KEY: REAL_OPENAI },
+    });
+    expect(r.status).toBe(127);
+    expect(r.stderr).toContain("keybroker run: command not found: nosuchcmd-kb-test");
+    expect(r.stderr).not.toContain("ENOENT");
+  });
+});
+
+describe("an OAuth server on a loopback address", () => {
+  it("is refused with the two ways to allow it, and allow_private_upstream lets it through", async () => {
+    const port = await freePort();
+    const rules = (extra: string) =>
+      `version: 1\nproviders:\n  local-sso:\n    hosts: [api.local.test]\n    oauth: { issuer: "http://127.0.0.1:${port}/", client_id: app_1 }\n${extra}`;
+    const refused = cli([
+      "auth",
+      "add",
+      "local-sso",
+      "--home",
+      home(),
+      "--config",
+      writeConfig(home(), rules("")),
+    ]);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toContain("127.0.0.1 resolves to 127.0.0.1, a loopback/private address, refused");
+    expect(refused.stderr).toContain(
+      `list "127.0.0.1:${port}" under resolve: (with its CA under upstream_ca: when it serves https), or set allow_private_upstream: true on the provider`,
+    );
+    // With the opt-in the broker's agent connects: nothing listens there, so the port refuses.
+    const allowed = cli([
+      "auth",
+      "add",
+      "local-sso",
+      "--home",
+      home(),
+      "--config",
+      writeConfig(home(), rules("    allow_private_upstream: true\n")),
+    ]);
+    expect(allowed.status).toBe(1);
+    expect(allowed.stderr).toContain(`ECONNREFUSED 127.0.0.1:${port}`);
+    expect(allowed.stderr).not.toContain("loopback/private");
+  });
+});

@@ -1,0 +1,37 @@
+// The runtime's host map (decision 123): a host yields every intercepted provider that lists
+// it; an exact host wins over a wildcard, and only an identical wildcard is shared.
+import { tmpdir } from "node:os";
+import { describe, expect, it } from "vitest";
+import { Runtime } from "../../../proxy/runtime.js";
+import { parseRules } from "../../../rules/load.js";
+import { createSecretResolver } from "../../../secrets/sources.js";
+
+async function runtime(yaml: string, env: Record<string, string> = {}): Promise<Runtime> {
+  const rules = parseRules(`version: 1\ncatalogue: false\n${yaml}`, "test", tmpdir());
+  const resolver = createSecretResolver(rules, { env, home: tmpdir(), cwd: tmpdir(), warn: () => {} });
+  return Runtime.build(rules, resolver, Buffer.alloc(32, 1));
+}
+
+const ids = (rt: Runtime, host: string, port = 443) => rt.providersForHost(host, port)?.map((p) => p.rule.id);
+
+describe("providers by host", () => {
+  it("gives every provider of a shared host, in rule order, and one for a host of its own", async () => {
+    const rt = await runtime(
+      [
+        "providers:",
+        "  key: { hosts: [api.example.com, only.example.com], credentials: [K] }",
+        "  sub: { hosts: [api.example.com], credentials: [S] }",
+        "  wild-a: { hosts: ['*.w.example.com'], credentials: [K] }",
+        "  wild-b: { hosts: ['*.w.example.com'], credentials: [S] }",
+        "  narrow: { hosts: ['x.w.example.com'], credentials: [K] }",
+        "",
+      ].join("\n"),
+    );
+    expect(ids(rt, "api.example.com")).toEqual(["key", "sub"]);
+    expect(ids(rt, "only.example.com")).toEqual(["key"]);
+    expect(ids(rt, "y.w.example.com")).toEqual(["wild-a", "wild-b"]);
+    expect(ids(rt, "x.w.example.com")).toEqual(["narrow"]);
+    expect(ids(rt, "api.example.com", 8443)).toBeUndefined();
+    expect(rt.providerForHost("api.example.com", 443)?.rule.id).toBe("key");
+  });
+});
