@@ -27,10 +27,12 @@ const RULES = parseSnippet(
 );
 
 describe("secret variables", () => {
-  it("include OAuth client secrets and the fleet's Redis password, not other sources' keys", () => {
+  it("include OAuth client secrets, the fleet's Redis password and placeholder variables, not other sources' keys", () => {
     expect([...secretVariableNames(RULES)].sort()).toEqual([
       "CI_TOKEN",
+      "INTERNAL_API_KEY", // placeholder variables may hold a real key (decision 122)
       "INTERNAL_KEY",
+      "PARTNER_ACCESS_TOKEN",
       "PARTNER_SECRET",
       "REDIS_PASSWORD",
     ]);
