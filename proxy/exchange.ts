@@ -5,6 +5,7 @@ import type { BrokerError } from "../core/errors.js";
 import type { PolicyRule } from "../rules/types.js";
 import type { PoolState } from "../secrets/pool.js";
 import type { Secret } from "../secrets/secret.js";
+import type { ForwardResult } from "./forward.js";
 import type { HeaderList } from "./headers.js";
 import type { ClientState, ProviderState, Runtime } from "./runtime.js";
 
@@ -25,6 +26,8 @@ export interface Sites {
 export interface Exchange {
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
+  /** The request's method, as the client sent it. */
+  readonly method: string;
   readonly mode: Mode;
   readonly rt: Runtime;
   readonly client: ClientState;
@@ -68,6 +71,16 @@ export interface Exchange {
   upstreamMs: number;
   /** Milliseconds the request was held for a person's answer: not the broker's overhead. */
   heldMs: number;
+  /** The latest forwarded answer (its `held` part for the response stages), once there is one. */
+  result: ForwardResult | undefined;
+  /** The status the client got, for the record stage. */
+  status: number;
+  /** Why keybroker refused the request (or cut it off), for the record stage. */
+  refusal: BrokerError | undefined;
+  /** Set once a refused token was renewed for this request (at most once). */
+  reauthorized: boolean;
+  /** The pool_exhausted that sends a request on to the fallBack response stage. */
+  exhausted: BrokerError | undefined;
 }
 
 export function originOf(x: Exchange): string {

@@ -7,6 +7,7 @@ import { BrokerError } from "../core/errors.js";
 import { noteStreamed } from "../core/v8-tuning.js";
 import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
+import type { HeadStage } from "./stages/stage.js";
 import { PrivateAddressError } from "./upstream.js";
 
 const TLS_CODES = new Set([
@@ -80,11 +81,6 @@ export interface ForwardResult {
   held?: HeldResponse;
 }
 
-export interface ForwardOptions {
-  /** Keep back responses whose status this approves, up to HOLD_LIMIT bytes of body. */
-  readonly hold?: (status: number) => boolean;
-}
-
 /** Error bodies are small; a larger one streams through undecided. */
 export const HOLD_LIMIT = 64 * 1024;
 
@@ -102,8 +98,15 @@ export function hasBody(x: Exchange): boolean {
 /**
  * Forwards the exchange. Resolves when the response has been fully written (or the exchange
  * ended early); rejects with a BrokerError only when nothing has been sent to the client yet.
+ * `hold` keeps back responses whose status it approves, up to HOLD_LIMIT bytes of body, for the
+ * response stages; `head` runs on every response's head before it goes on.
  */
-export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): Promise<ForwardResult> {
+export function forward(
+  agent: Agent,
+  x: Exchange,
+  hold: ((status: number) => boolean) | undefined,
+  head: readonly HeadStage[],
+): Promise<ForwardResult> {
   return new Promise((resolve, reject) => {
     const { req, res } = x;
     const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
@@ -144,7 +147,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
     // a 'data' listener here would switch it to flowing mode and lose chunks.
     const body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
     result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
-    let hold:
+    let held:
       | {
           status: number;
           statusMessage: string;
@@ -155,8 +158,8 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       | undefined;
     const release = () => {
       // The held part grew too large to be an error body: send it and stream the rest.
-      const h = hold!;
-      hold = undefined;
+      const h = held!;
+      held = undefined;
       sink = startResponse(res, h.status, h.statusMessage, h.headers, patterns);
       for (const chunk of h.chunks) sink.write(chunk);
     };
@@ -179,15 +182,13 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
         if (statusCode < 200) return;
         result.status = statusCode;
-        // An MCP server's challenge never reaches the agent (SPEC §15), even in an answer too
-        // large to hold: the agent's MCP client must not start a login of its own.
-        if (x.provider?.rule.mcp !== undefined) delete headers["www-authenticate"];
+        for (const stage of head) stage(x, headers);
         if (res.destroyed) {
           c.abort(new Error("client closed the connection"));
           return;
         }
-        if (opts.hold?.(statusCode)) {
-          hold = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
+        if (hold?.(statusCode)) {
+          held = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
           return;
         }
         orAbort(c, () => {
@@ -197,10 +198,10 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
       onResponseData(c, chunk: Buffer) {
         result.bytesIn += chunk.length;
         noteStreamed(chunk.length);
-        if (hold !== undefined) {
-          hold.chunks.push(chunk);
-          hold.size += chunk.length;
-          if (hold.size <= HOLD_LIMIT) return;
+        if (held !== undefined) {
+          held.chunks.push(chunk);
+          held.size += chunk.length;
+          if (held.size <= HOLD_LIMIT) return;
           orAbort(c, release);
           return;
         }
@@ -210,14 +211,14 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
         }
       },
       onResponseEnd() {
-        if (hold !== undefined) {
+        if (held !== undefined) {
           result.held = {
-            status: hold.status,
-            statusMessage: hold.statusMessage,
-            headers: hold.headers,
-            body: Buffer.concat(hold.chunks),
+            status: held.status,
+            statusMessage: held.statusMessage,
+            headers: held.headers,
+            body: Buffer.concat(held.chunks),
           };
-          hold = undefined;
+          held = undefined;
           res.off("close", onClose);
           finish();
           return;

@@ -1,45 +1,77 @@
-// The request pipeline, in order. Each stage is a small function of the exchange; a stage that
-// refuses the request throws a BrokerError, which becomes the JSON answer of SPEC §11.
+// Every step a request takes, in order, in one place. Each step is a small function of the
+// exchange in proxy/stages/; a stage that refuses the request throws a BrokerError, which
+// becomes the JSON answer of SPEC §11 (and is recorded).
 //
-//   limitClientRate → matchProvider → checkHostBinding → canonicalizePath → checkPlaceholders
-//   → checkRole → applyPolicy → requireAudit → planInjection → planMcp → holdForApproval
-//   → readBody → checkBodyPlaceholders → pickCredential → applyHeaderRules → signRequest
-//   → forward → bookkeepPool (mark, retry on another credential, fall back) → respond
+//   before the list, in proxy/listener/: the client is authenticated (once per CONNECT, or per
+//   plain-HTTP and reverse-mode request: listener/client-auth.ts) and the target worked out:
+//   the CONNECT's origin, a reverse mount, or a plain-HTTP URL (listener/request-target.ts).
+//
+//   request   limitClientRate → matchProvider → checkHostBinding → canonicalizePath
+//             → checkPlaceholders → checkRole → applyPolicy → requireAudit → planInjection
+//             → planMcp → holdForApproval → readBody → checkBodyPlaceholders
+//   attempt   pickCredential → applyHeaderRules → signRequest
+//             (an exhausted pool in reverse mode: fallBack before sending)
+//   forward   forward, or forwardUpgrade for a WebSocket; the answer's head passes the head
+//             stages (stripMcpChallenge), its body the scrubber (response-body.ts) as it streams,
+//             unless it is an error answer a pool may act on: that one is held back whole
+//   response  on a held answer, until one stage decides (stages/stage.ts):
+//             reauthorizeServiceAccount → refreshOn401 → answerMcp → mark → retryNextCredential
+//             → fallBack; RESEND forwards again (the retry re-ran the attempt stages), ANSWER
+//             sends the held answer, scrubbed
+//   record    metrics, access log, usage, audit (stages/record.ts)
+import type { Agent } from "undici";
+import { BrokerError, internalError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
+import { mayMark } from "../secrets/quota.js";
 import type { Approvals } from "./approvals.js";
 import type { Exchange } from "./exchange.js";
+import { emitHeld, forward } from "./forward.js";
+import { sendError } from "./listener/client-errors.js";
 import { applyPolicy } from "./stages/apply-policy.js";
 import { canonicalizePath } from "./stages/canonicalize-path.js";
 import { checkBodyPlaceholders } from "./stages/check-body-placeholders.js";
 import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { checkRole } from "./stages/check-role.js";
-import { createHoldForApproval } from "./stages/hold-for-approval.js";
+import { FallBack } from "./stages/fall-back.js";
+import { createHoldForApproval, Withdrawn } from "./stages/hold-for-approval.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
 import { createLimitClientRate } from "./stages/limit-client-rate.js";
-import { planMcp } from "./stages/mcp.js";
+import { bookkeep, createMark } from "./stages/mark.js";
+import { matchProvider } from "./stages/match-provider.js";
+import { answerMcp, planMcp, stripMcpChallenge } from "./stages/mcp.js";
 import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
+import { createReauthorizeServiceAccount, createRefreshOn401 } from "./stages/reauthorize.js";
+import type { Recorder } from "./stages/record.js";
 import { createRequireAudit } from "./stages/require-audit.js";
+import { createRetryNextCredential } from "./stages/retry.js";
+import {
+  ANSWER,
+  type HeadStage,
+  type ResponseStage,
+  runResponseStages,
+  runStages,
+  type Stage,
+} from "./stages/stage.js";
+import { forwardUpgrade, type Upgrade } from "./websocket.js";
 
-export type Stage = (x: Exchange) => void | Promise<void>;
+export { matchProvider, runStages, type Stage };
 
-export function matchProvider(x: Exchange): void {
-  if (x.mode === "reverse") return;
-  const candidates = x.rt.providersForHost(x.host, x.port);
-  // A shared host: checkPlaceholders picks the provider whose placeholder the request carries.
-  if (candidates !== undefined && candidates.length > 1) x.sharedHost = candidates;
-  else x.provider = candidates?.[0];
+export interface PipelineParts {
+  readonly log: Logger;
+  /** Whether the audit log is being written (for `audit: { require: true }`). */
+  readonly auditWritable: () => boolean;
+  /** Holds the requests `approve` rules match until a person answers. */
+  readonly approvals: Approvals;
+  /** The upstream agent of the current rules. */
+  readonly agent: () => Agent;
+  readonly recorder: Recorder;
 }
 
-/**
- * `auditWritable` says whether the audit log is being written (for `audit: { require: true }`);
- * `approvals` holds the requests `approve` rules match until a person answers.
- */
-export function requestStages(
-  log: Logger,
-  auditWritable: () => boolean,
-  approvals: Approvals,
-): readonly Stage[] {
+/** The stages that make one attempt ready to leave; a retry on another credential runs them again. */
+export const attemptStages: readonly Stage[] = [pickCredential, applyHeaderRules, signRequest];
+
+export function requestStages(p: PipelineParts): readonly Stage[] {
   return [
     createLimitClientRate(),
     matchProvider,
@@ -48,21 +80,96 @@ export function requestStages(
     checkPlaceholders,
     checkRole,
     applyPolicy,
-    createRequireAudit(auditWritable),
-    createPlanInjection(log),
+    createRequireAudit(p.auditWritable),
+    createPlanInjection(p.log),
     planMcp,
-    createHoldForApproval(approvals),
+    createHoldForApproval(p.approvals),
     readBody,
     checkBodyPlaceholders,
-    pickCredential,
-    applyHeaderRules,
-    signRequest,
+    ...attemptStages,
   ];
 }
 
-export async function runStages(stages: readonly Stage[], x: Exchange): Promise<void> {
-  for (const stage of stages) {
-    const pending = stage(x);
-    if (pending !== undefined) await pending;
+export const headStages: readonly HeadStage[] = [stripMcpChallenge];
+
+export function responseStages(p: PipelineParts, fallBack: FallBack): readonly ResponseStage[] {
+  const onEvent = p.recorder.onPoolEvent;
+  return [
+    createReauthorizeServiceAccount(p.log),
+    createRefreshOn401(attemptStages, p.log),
+    answerMcp,
+    createMark(p.log, onEvent),
+    createRetryNextCredential(attemptStages, onEvent),
+    fallBack.stage,
+  ];
+}
+
+/** Runs exchanges through the lists above. */
+export class Pipeline {
+  readonly #p: PipelineParts;
+  readonly #request: readonly Stage[];
+  readonly #response: readonly ResponseStage[];
+  readonly #fallBack: FallBack;
+
+  constructor(p: PipelineParts) {
+    this.#p = p;
+    this.#request = requestStages(p);
+    this.#fallBack = new FallBack(attemptStages, p.log, p.recorder.onPoolEvent);
+    this.#response = responseStages(p, this.#fallBack);
+  }
+
+  async run(x: Exchange, upgrade?: Upgrade): Promise<void> {
+    try {
+      try {
+        await runStages(this.#request, x);
+      } catch (err) {
+        if (!(err instanceof BrokerError)) throw err;
+        const fell = this.#fallBack.beforeSending(x, err);
+        if (fell === false || !(await fell)) throw err;
+      }
+      if (upgrade === undefined) await this.#forward(x);
+      else await this.#forwardUpgrade(x, upgrade);
+    } catch (err) {
+      // The client hung up on a held request: its withdrawal is audited, nobody is left to answer.
+      if (err instanceof Withdrawn) return;
+      if (err instanceof BrokerError) {
+        x.refusal = err;
+        x.status = err.status;
+        x.result = undefined;
+        this.#p.recorder.record(x);
+        sendError(x.res, err);
+      } else {
+        this.#p.log.error({ err }, "internal error while handling a request");
+        sendError(x.res, internalError());
+      }
+      x.req.resume();
+    }
+  }
+
+  async #forward(x: Exchange): Promise<void> {
+    const agent = this.#p.agent();
+    let result = await forward(agent, x, x.injection === undefined ? undefined : mayMark, headStages);
+    x.result = result;
+    while (result.held !== undefined) {
+      if ((await runResponseStages(this.#response, x)) === ANSWER) {
+        emitHeld(x, result.held);
+        break;
+      }
+      result = await forward(agent, x, x.injection === undefined ? undefined : mayMark, headStages);
+      x.result = result;
+    }
+    x.status = result.status;
+    // A body refused after the upstream had begun to answer: the exchange was cut off.
+    x.refusal = x.refusedBody;
+    this.#p.recorder.record(x);
+  }
+
+  /** A WebSocket upgrade: forwarded as one; a refused upgrade marks the credential as a refused request would. */
+  async #forwardUpgrade(x: Exchange, upgrade: Upgrade): Promise<void> {
+    const answer = await forwardUpgrade(this.#p.agent(), x, upgrade);
+    x.status = answer === 101 ? 101 : answer.status;
+    this.#p.recorder.record(x);
+    if (answer !== 101 && x.injection !== undefined && mayMark(x.status))
+      bookkeep(x, answer, this.#p.log, this.#p.recorder.onPoolEvent);
   }
 }

@@ -1,34 +1,29 @@
-// The broker: one loopback listener that takes CONNECT (intercepted or tunnelled), plain-HTTP
-// proxy requests, reverse-mode `/p/<provider>` requests and its own health endpoint.
+// The broker: wiring and lifecycle. It builds the runtime (rules, secrets, clients), the
+// upstream agent, the OAuth logins and their refresher, approvals, the audit trail and metrics,
+// then hands requests from the listener (proxy/listener/) to the pipeline (proxy/pipeline.ts);
+// create, listen, reload and close are its own.
 
-import { lookup } from "node:dns";
-import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Agent } from "undici";
-import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
+import { handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
 import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
-import { AdminPage, isAdminPagePath } from "../admin/page.js";
+import { AdminPage } from "../admin/page.js";
 import { Sessions } from "../admin/sessions.js";
-import { answerTlsOnSamePort } from "../admin/tls.js";
 import { Usage } from "../admin/usage.js";
-import type { AuditDecision, AuditEntry, AuditHealth } from "../audit/audit-log.js";
+import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
 import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
 import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
-import { BrokerError, errorResponse, internalError } from "../core/errors.js";
-import { homeKey, homePath } from "../core/home.js";
+import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
-import { releaseHeap } from "../core/v8-tuning.js";
 import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
-import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
-import { isLoopbackHost } from "../rules/address.js";
-import { normalizeHost } from "../rules/host-pattern.js";
+import { MetricsEndpoint } from "../metrics/endpoint.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
@@ -37,39 +32,24 @@ import { allowsPrivate } from "../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
 import { PoolState } from "../secrets/pool.js";
-import { mayMark } from "../secrets/quota.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
-import { accessLogFromEnv, logAccess } from "./access-log.js";
-import { type ApprovalEvent, Approvals } from "./approvals.js";
-import { bookkeep, fallBackBeforeSending, forwardWithPool, type PoolEvent } from "./bookkeep-pool.js";
-import { answerClientErrors, writeRawError } from "./client-errors.js";
-import { ConnectionCap } from "./connection-cap.js";
-import {
-  applyConnectionRules,
-  connectionLimit,
-  releaseAfterSurges,
-  serverOptions,
-  trackConnections,
-} from "./connection-limits.js";
-import { connectInfo, intercept, tunnel } from "./engine.js";
-import type { Exchange, Mode } from "./exchange.js";
-import type { ForwardResult } from "./forward.js";
-import { forwardableRequestHeaders, setHeader } from "./headers.js";
-import { requestStages, runStages, type Stage } from "./pipeline.js";
-import { assertHostHeader, interceptedPath } from "./request-target.js";
-import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
-import { parseHostHeader } from "./stages/check-host-binding.js";
-import { Withdrawn } from "./stages/hold-for-approval.js";
+import { accessLogFromEnv } from "./access-log.js";
+import { onApprovalEvent } from "./approval-events.js";
+import { Approvals } from "./approvals.js";
+import { http1Exchange } from "./listener/http1-exchange.js";
+import { HEALTH_PATH, Listener } from "./listener/listener.js";
+import type { Target } from "./listener/request-target.js";
+import { Pipeline } from "./pipeline.js";
+import { Runtime } from "./runtime.js";
 import { labelFlag } from "./stages/pick-credential.js";
+import { Recorder } from "./stages/record.js";
 import { providerStatuses } from "./status.js";
-import { createUpstreamAgent, isPrivateAddress } from "./upstream.js";
+import { createUpstreamAgent } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
-import { forwardUpgrade } from "./websocket.js";
+import type { Upgrade } from "./websocket.js";
 
-export { VERSION };
-export const HEALTH_PATH = "/__keybroker/health";
-
+export { HEALTH_PATH, VERSION };
 export interface BrokerOptions {
   readonly home: string;
   readonly rules: Rules;
@@ -84,52 +64,10 @@ export interface BrokerOptions {
   readonly reloadRules?: () => Promise<void>;
 }
 
-/** Where a request is bound, worked out from how it reached the broker. */
-interface Target {
-  readonly mode: Mode;
-  readonly client: ClientState;
-  readonly host: string;
-  readonly port: number;
-  readonly scheme: "https" | "http";
-  readonly path: string;
-  readonly sni: string | undefined;
-  readonly provider?: ProviderState;
-  readonly reverseRest?: string;
-}
-
 export interface BrokerAddress {
   readonly host: string;
   readonly port: number;
   readonly url: string;
-}
-
-function sendError(res: ServerResponse, err: BrokerError): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  const out = errorResponse(err);
-  if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
-  res.writeHead(out.status, out.headers);
-  res.end(out.body);
-}
-
-function proxyCredentials(header: string | undefined): { user?: string; password?: string } {
-  if (header === undefined || !/^basic /i.test(header)) return {};
-  const decoded = Buffer.from(header.slice(6).trim(), "base64").toString("utf8");
-  const colon = decoded.indexOf(":");
-  try {
-    return colon === -1
-      ? { user: decodeURIComponent(decoded) }
-      : {
-          user: decodeURIComponent(decoded.slice(0, colon)),
-          password: decodeURIComponent(decoded.slice(colon + 1)),
-        };
-  } catch {
-    throw new BrokerError("bad_request", "the Proxy-Authorization header has an invalid %-escape", {
-      hint: "use the proxy URL that `keybroker env --client <name>` prints",
-    });
-  }
 }
 
 export class Broker implements AdminHost {
@@ -140,17 +78,13 @@ export class Broker implements AdminHost {
   #rt: Runtime;
   #agent: Agent;
   readonly #minter: LeafMinter;
-  readonly #outer: Server;
-  readonly #inner: Server;
-  readonly #sockets = new Set<Socket>();
-  /** limits.connections: at the cap, the oldest connection that has sent no request makes room. */
-  readonly #cap: ConnectionCap;
-  readonly #stages: readonly Stage[];
+  /** The port, its connections and routes (proxy/listener/). */
+  readonly #listener: Listener;
+  /** Every step a request takes (proxy/pipeline.ts). */
+  readonly #pipeline: Pipeline;
   readonly #opts: BrokerOptions;
   readonly #adminToken: string;
   readonly #adminPage: AdminPage;
-  /** Off loopback: the admin page over TLS on the listener's port (admin/tls.ts). */
-  readonly #adminTls: Server | undefined;
   /** Requests per client and provider over the last 24 h, for the admin page. */
   readonly usage = new Usage();
   /** What /metrics reports (SPEC §18), counted as things happen. */
@@ -167,15 +101,12 @@ export class Broker implements AdminHost {
   readonly notifier: Notifier;
   /** Where marks and logins are shared: the home, or a fleet's Redis (SPEC §17). */
   readonly sharedState: SharedState;
-  /** KEYBROKER_ACCESS_LOG, read once; the rule file's `log.access` is read per rule set. */
-  readonly #accessLogEnv: boolean;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;
   readonly startedAt = new Date();
 
   private constructor(opts: BrokerOptions, ca: CertificateAuthority, rt: Runtime, shared: SharedState) {
     this.#opts = opts;
-    this.#accessLogEnv = accessLogFromEnv(opts.env ?? process.env);
     this.home = opts.home;
     this.log = opts.log;
     this.ca = ca;
@@ -203,10 +134,19 @@ export class Broker implements AdminHost {
     this.#refresher = this.#createRefresher();
     this.#setUpAuth(rt);
     this.approvals = new Approvals({
-      onEvent: (e) => this.#onApprovalEvent(e),
+      onEvent: (e) =>
+        onApprovalEvent(
+          {
+            home: this.home,
+            log: opts.log,
+            notifier: this.notifier,
+            metrics: this.metrics,
+            audit: (a) => this.audit(a),
+          },
+          e,
+        ),
       ...(shared.approvals === undefined ? {} : { store: shared.approvals }),
     });
-    this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true, this.approvals);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     shared.attachPools(this.pools);
     shared.attachLogins(() => this.logins.all());
@@ -235,37 +175,37 @@ export class Broker implements AdminHost {
         ),
       caller: (req) => callerOf(this, this.#adminToken, req),
     });
-    const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
-    this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
-    if (!isLoopbackHost(rt.rules.listen.host)) {
-      this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
-      answerClientErrors(this.#adminTls);
-      answerTlsOnSamePort(this.#outer, this.#adminTls, this.#minter, rt.rules.timeouts.handshakeMs);
-    }
-    this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
-    this.#cap = new ConnectionCap(this.#outer, connectionLimit(rt.rules), opts.log);
-    this.#cap.watch(this.#outer);
-    this.#cap.watch(this.#inner);
-    applyConnectionRules(this.#outer, this.#inner, rt.rules, this.#cap);
-    trackConnections(this.#inner);
-    releaseAfterSurges(this.#outer, releaseHeap);
-    this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
-      this.#onConnect(req, socket, head),
-    );
-    answerClientErrors(this.#outer);
-    answerClientErrors(this.#inner, { connectInside: true });
-    this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
-      this.#onUpgrade(req, socket, head, true),
-    );
-    this.#outer.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
-      this.#onUpgrade(req, socket, head, false),
-    );
-    this.#outer.on("connection", (socket: Socket) => {
-      socket.setNoDelay(true);
-      this.#sockets.add(socket);
-      socket.once("close", () => this.#sockets.delete(socket));
+    this.#pipeline = new Pipeline({
+      log: opts.log,
+      auditWritable: () => this.#audit?.writable ?? true,
+      approvals: this.approvals,
+      agent: () => this.#agent,
+      recorder: new Recorder({
+        log: opts.log,
+        metrics: this.metrics,
+        usage: this.usage,
+        audit: this.#audit,
+        accessLogEnv: accessLogFromEnv(opts.env ?? process.env),
+      }),
     });
+    this.#listener = new Listener({
+      rules: rt.rules,
+      runtime: () => this.#rt,
+      log: opts.log,
+      minter: this.#minter,
+      metrics: this.metrics,
+      audit: (entry) => this.audit(entry),
+      adminPage: this.#adminPage,
+      metricsEndpoint: this.#metricsEndpoint,
+      admin: (req, res) => void handleAdmin(this, this.#adminToken, req, res, this.#adminPage),
+      handle: (req, res, t, upgrade) => this.#handle(req, res, t, upgrade),
+    });
+  }
+
+  /** One request bound upstream, from the listener: through the pipeline. */
+  #handle(req: IncomingMessage, res: ServerResponse, t: Target, upgrade?: Upgrade): Promise<void> {
+    return this.#pipeline.run(http1Exchange(req, res, t, this.#rt, this.pools), upgrade);
   }
 
   static async create(opts: BrokerOptions): Promise<Broker> {
@@ -441,14 +381,7 @@ export class Broker implements AdminHost {
   async listen(): Promise<BrokerAddress> {
     const { host } = this.#rt.rules.listen;
     const port = this.#opts.port ?? this.#rt.rules.listen.port;
-    await new Promise<void>((resolve, reject) => {
-      this.#outer.once("error", reject);
-      this.#outer.listen(port, host, () => {
-        this.#outer.off("error", reject);
-        resolve();
-      });
-    });
-    const addr = this.#outer.address() as AddressInfo;
+    const addr = await this.#listener.listen(port, host);
     const shown = addr.address.includes(":") ? `[${addr.address}]` : addr.address;
     this.#address = { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}` };
     if (this.#opts.advertise) this.#advertise();
@@ -491,19 +424,15 @@ export class Broker implements AdminHost {
     this.#agent = agent;
     this.#setUpAuth(rt);
     this.notifier.setCommand(rt.rules.notify);
-    applyConnectionRules(this.#outer, this.#inner, rt.rules, this.#cap);
+    this.#listener.applyRules(rt.rules);
     this.#audit?.record({ decision: "reload", reason: rt.rules.origin });
     if (this.#address !== undefined && this.#opts.advertise) this.#advertise();
     old.close().catch(() => {});
   }
 
   async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
-    this.#inner.close();
-    this.#adminTls?.close();
+    const closed = this.#listener.close();
     this.#adminPage.close();
-    this.#outer.closeAllConnections();
-    for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#agent.destroy().catch(() => {});
     this.approvals.close();
@@ -516,404 +445,6 @@ export class Broker implements AdminHost {
       removeBrokerRecord(this.home, this.#address.port);
   }
 
-  /** A refusal as it is; anything else is a bug: logged with its stack, 500 to the client. */
-  #asBrokerError(err: unknown): BrokerError {
-    if (err instanceof BrokerError) return err;
-    this.log.error({ err }, "internal error while handling a request");
-    return internalError();
-  }
-
-  #authenticate(header: string | undefined): ClientState {
-    const { user, password } = proxyCredentials(header);
-    const rt = this.#rt;
-    const client = rt.authenticate(user, password);
-    if (client !== undefined) return client;
-    const name = user === undefined || user === "" ? "default" : user.slice(0, 64);
-    const known = [...rt.clients.keys()].join(", ");
-    let message: string;
-    let reason: string;
-    if (user === undefined || user === "") {
-      reason = "no proxy credentials";
-      message = "this broker needs a client name and token";
-    } else if (rt.clients.has(name)) {
-      reason = password === undefined ? "no token" : "wrong token";
-      message = `client "${name}" did not authenticate`;
-    } else {
-      reason = "no such client";
-      // Off loopback, a caller that has not authenticated learns no client names.
-      const listed = isLoopbackHost(rt.rules.listen.host) ? ` (known: ${known})` : "";
-      message = `no such client "${name}"${listed}`;
-    }
-    // Never the token: only the name it claimed and why it failed.
-    this.log.warn({ client: name, reason, known }, `proxy authentication failed (407): ${reason}`);
-    throw new BrokerError("client_unauthorized", message, {
-      hint: "use the proxy URL that `keybroker env --client <name>` prints",
-    });
-  }
-
-  #onConnect(req: IncomingMessage, socket: Socket, head: Buffer): void {
-    socket.on("error", () => socket.destroy());
-    let target: { host: string; port: number } | undefined;
-    try {
-      target = parseHostHeader(req.url ?? "", 443);
-      if (target === undefined || !/:\d+$/.test(req.url ?? "")) {
-        throw new BrokerError(
-          "bad_request",
-          `CONNECT needs a host:port target with a port from 1 to 65535, got "${(req.url ?? "").slice(0, 200)}"`,
-        );
-      }
-      const client = this.#authenticate(req.headers["proxy-authorization"]);
-      const rt = this.#rt;
-      const provider = rt.providerForHost(target.host, target.port);
-      if (provider !== undefined || rt.rules.intercept === "all") {
-        intercept(
-          socket,
-          head,
-          { ...target, client: client.rule.name },
-          this.#minter,
-          this.#inner,
-          rt.rules.timeouts.handshakeMs,
-        );
-        return;
-      }
-      const where = `${target.host}:${target.port}`;
-      // Audited once the outcome is known: a tunnel that never opened is not "tunnelled". A
-      // refused private address is a block; an unreachable target passed through and failed.
-      const audit = (outcome?: BrokerError, refused = false) => {
-        this.metrics.tunnel(client.rule.name, refused ? "blocked" : "passthrough", outcome?.status ?? 200);
-        this.#audit?.record({
-          decision: refused ? "blocked" : "passthrough",
-          client: client.rule.name,
-          method: "CONNECT",
-          host: where,
-          status: outcome === undefined ? 200 : outcome.status,
-          code: outcome?.code,
-          reason: outcome === undefined ? "tunnelled" : `not tunnelled: ${outcome.message}`,
-        });
-      };
-      const refuse = (err: BrokerError, refused = false) => {
-        audit(err, refused);
-        writeRawError(socket, err);
-      };
-      const dest = target;
-      const mapped = rt.rules.resolve.get(where);
-      const allowed = mapped !== undefined || this.#allowsPrivate(rt, target.host, target.port);
-      const onTunnelError = (e: Error) => {
-        this.log.debug(
-          { target: where, err: (e as NodeJS.ErrnoException).code },
-          "tunnel target unreachable",
-        );
-        refuse(new BrokerError("upstream_unreachable", `could not reach ${where}`));
-      };
-      const onTunnelled = () => {
-        audit();
-        // The client's first byte through the tunnel is its request (limits.connections).
-        if (head.length > 0) this.#cap.settled(socket);
-        else socket.once("data", () => this.#cap.settled(socket));
-      };
-      const idleMs = rt.rules.timeouts.tunnelIdleMs;
-      if (mapped !== undefined) {
-        tunnel(socket, head, mapped, idleMs, onTunnelError, onTunnelled);
-        return;
-      }
-      // Resolve once and connect to that address, so the check and the connection agree.
-      lookup(dest.host, (err, address) => {
-        if (err || (!allowed && isPrivateAddress(address))) {
-          const refused = !err;
-          refuse(
-            new BrokerError(
-              "upstream_unreachable",
-              refused ? `${where} is a loopback/private address; refused` : `could not resolve ${dest.host}`,
-              refused ? { hint: `list "${where}" under resolve: to allow it` } : {},
-            ),
-            refused,
-          );
-          return;
-        }
-        tunnel(socket, head, { host: address, port: dest.port }, idleMs, onTunnelError, onTunnelled);
-      });
-    } catch (err) {
-      writeRawError(socket, this.#asBrokerError(err));
-    }
-  }
-
-  /** Where an intercepted request goes: the host and port its CONNECT named. */
-  #interceptedTarget(req: IncomingMessage): Target {
-    const info = connectInfo(req.socket);
-    const client = info === undefined ? undefined : this.#rt.clients.get(info.client);
-    if (info === undefined || client === undefined) {
-      throw new BrokerError("client_unauthorized", "the client of this connection is no longer configured");
-    }
-    assertHostHeader(req);
-    const sni = (req.socket as { servername?: string | false }).servername;
-    return {
-      mode: "intercept",
-      client,
-      host: info.host,
-      port: info.port,
-      scheme: "https",
-      path: interceptedPath(req.url ?? "/", info.host, info.port),
-      sni: sni || undefined,
-    };
-  }
-
-  /** Where a request to the listener itself goes: a reverse mount, or a plain-HTTP proxy target. */
-  #outerTarget(req: IncomingMessage): Target {
-    assertHostHeader(req);
-    const url = req.url ?? "/";
-    if (url.startsWith("/")) {
-      const mounted = this.#rt.providerForMount(url.split("?")[0]!);
-      if (mounted === undefined) {
-        throw new BrokerError("bad_request", `no provider is mounted at ${url.split("?")[0]}`, {
-          hint: "reverse mode paths look like /p/<provider>/<path>; see keybroker env",
-        });
-      }
-      const client = this.#authenticate(req.headers["proxy-authorization"]);
-      const upstream = new URL(mounted.provider.rule.upstream!);
-      const after = url.slice(mounted.provider.rule.mount!.length);
-      const rest = after.startsWith("/") ? after : "/" + after;
-      // Only an MCP server on loopback may be plain http (rules/schema.ts).
-      const http = upstream.protocol === "http:";
-      return {
-        mode: "reverse",
-        client,
-        host: normalizeHost(upstream.hostname),
-        port: Number(upstream.port) || (http ? 80 : 443),
-        scheme: http ? "http" : "https",
-        path: upstream.pathname.replace(/\/$/, "") + rest,
-        sni: undefined,
-        provider: mounted.provider,
-        reverseRest: rest,
-      };
-    }
-    let target: URL;
-    try {
-      target = new URL(url);
-    } catch {
-      throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
-    }
-    if (target.protocol !== "http:") {
-      throw new BrokerError("bad_request", `${target.protocol} URLs must be sent through CONNECT`, {
-        hint: "configure the proxy as HTTPS_PROXY so the client tunnels HTTPS",
-      });
-    }
-    let host: string;
-    try {
-      host = normalizeHost(target.hostname);
-    } catch {
-      throw new BrokerError("bad_request", `not a valid request target: ${url.slice(0, 200)}`);
-    }
-    return {
-      mode: "plain",
-      client: this.#authenticate(req.headers["proxy-authorization"]),
-      host,
-      port: Number(target.port) || 80,
-      scheme: "http",
-      path: target.pathname + target.search,
-      sni: undefined,
-    };
-  }
-
-  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
-    try {
-      void this.#handle(req, res, this.#interceptedTarget(req));
-    } catch (err) {
-      sendError(res, this.#asBrokerError(err));
-    }
-  }
-
-  /**
-   * The listener's own endpoints (reverse mounts, admin, health) answer local programs only:
-   * a web page could otherwise make the user's browser spend their keys (a cross-site request,
-   * or DNS rebinding onto 127.0.0.1). Browsers name themselves in Origin / Sec-Fetch-Site and
-   * a rebound name in Host; agents and SDKs send neither.
-   */
-  #assertLocalCaller(req: IncomingMessage): void {
-    const host = parseHostHeader(req.headers.host ?? "", 80);
-    const listen = this.#rt.rules.listen.host;
-    const local = (h: string) => isLoopbackHost(h) || h === listen;
-    if (host === undefined || !local(host.host)) {
-      throw new BrokerError("bad_request", `requests for "${req.headers.host ?? ""}" are not served here`, {
-        hint: "address keybroker as 127.0.0.1 or localhost",
-      });
-    }
-    const site = req.headers["sec-fetch-site"];
-    const origin = req.headers.origin;
-    let originHost: string | undefined;
-    try {
-      originHost =
-        origin === undefined || origin === "null" ? undefined : normalizeHost(new URL(origin).hostname);
-    } catch {
-      originHost = "invalid";
-    }
-    if (
-      site === "cross-site" ||
-      site === "same-site" ||
-      origin === "null" ||
-      (originHost !== undefined && !local(originHost))
-    ) {
-      throw new BrokerError("bad_request", "requests from web pages are refused", {
-        hint: "keybroker serves local programs; a browser page may not use it",
-      });
-    }
-  }
-
-  #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
-    const url = req.url ?? "/";
-    try {
-      // The admin page checks its callers itself: sessions, CSRF tokens, the Host it is named by.
-      if (isAdminPagePath(url)) {
-        void this.#adminPage.handle(req, res);
-        return;
-      }
-      if (isMetricsRequest(url)) {
-        void this.#metricsEndpoint.handle(req, res, () => this.#assertLocalCaller(req));
-        return;
-      }
-      // The root leads to the admin page, by whatever address a person opened (SPEC §16: never
-      // an error where a form belongs); the page then checks its callers itself.
-      if (url === "/" && (req.method === "GET" || req.method === "HEAD") && !this.#rt.providerForMount("/")) {
-        res.writeHead(303, { location: "/admin/" });
-        res.end();
-        return;
-      }
-      if (url.startsWith("/")) this.#assertLocalCaller(req);
-      if (url.startsWith(ADMIN_PREFIX)) {
-        void handleAdmin(this, this.#adminToken, req, res, this.#adminPage);
-        return;
-      }
-      if (url === HEALTH_PATH) {
-        const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
-        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-        res.end(body);
-        return;
-      }
-      void this.#handle(req, res, this.#outerTarget(req));
-    } catch (err) {
-      sendError(res, this.#asBrokerError(err));
-    }
-  }
-
-  /** A request that came over TLS straight to the listener: only the admin page is served there. */
-  #onAdminTlsRequest(req: IncomingMessage, res: ServerResponse): void {
-    const url = req.url ?? "/";
-    if (isAdminPagePath(url)) {
-      void this.#adminPage.handle(req, res);
-      return;
-    }
-    if (url === "/") {
-      res.writeHead(303, { location: "/admin/" });
-      res.end();
-      return;
-    }
-    sendError(
-      res,
-      new BrokerError("bad_request", "over TLS this port serves only the admin page at /admin/", {
-        hint: "use it as a proxy over plain HTTP (HTTPS_PROXY=http://...)",
-      }),
-    );
-  }
-
-  #onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, intercepted: boolean): void {
-    socket.on("error", () => socket.destroy());
-    // A response bound to the raw socket, so refusals go out as ordinary error responses.
-    const res = new ServerResponse(req);
-    res.assignSocket(socket);
-    res.shouldKeepAlive = false;
-    // A refusal says `Connection: close`; no server hook closes a response made by hand.
-    res.once("finish", () => socket.end());
-    try {
-      if (!intercepted && (req.url ?? "/").startsWith("/")) this.#assertLocalCaller(req);
-      const target = intercepted ? this.#interceptedTarget(req) : this.#outerTarget(req);
-      void this.#handle(req, res, target, { socket, head });
-    } catch (err) {
-      sendError(res, this.#asBrokerError(err));
-    }
-  }
-
-  #newExchange(req: IncomingMessage, res: ServerResponse, t: Target): Exchange {
-    const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
-    if (t.mode === "reverse") {
-      // The loopback Host means nothing upstream.
-      setHeader(headers, "host", t.port === 443 ? t.host : `${t.host}:${t.port}`);
-    }
-    return {
-      req,
-      res,
-      mode: t.mode,
-      rt: this.#rt,
-      client: t.client,
-      host: t.host,
-      port: t.port,
-      scheme: t.scheme,
-      sni: t.sni,
-      path: t.path,
-      headers,
-      provider: t.provider,
-      secret: undefined,
-      placeholder: undefined,
-      placeholderSeenAt: [],
-      startedAt: performance.now(),
-      pools: this.pools,
-      injection: undefined,
-      body: undefined,
-      reverseRest: t.reverseRest,
-      tried: new Set(),
-      upstreamMs: 0,
-      heldMs: 0,
-    };
-  }
-
-  async #handle(
-    req: IncomingMessage,
-    res: ServerResponse,
-    t: Target,
-    upgrade?: { socket: Socket; head: Buffer },
-  ): Promise<void> {
-    const x = this.#newExchange(req, res, t);
-    const onEvent = (e: PoolEvent) => this.#onPoolEvent(x, e);
-    try {
-      try {
-        await runStages(this.#stages, x);
-      } catch (err) {
-        if (!(err instanceof BrokerError) || !(await fallBackBeforeSending(x, err, this.log, onEvent)))
-          throw err;
-      }
-      if (upgrade !== undefined) {
-        const answer = await forwardUpgrade(this.#agent, x, upgrade.socket, upgrade.head);
-        const status = answer === 101 ? 101 : answer.status;
-        this.#record(x, x.secret === undefined ? "passthrough" : "injected", status);
-        // A refused upgrade marks the credential as a refused request would.
-        if (answer !== 101 && x.injection !== undefined && mayMark(status))
-          bookkeep(x, answer, this.log, onEvent);
-      } else {
-        const result = await forwardWithPool(x, this.#agent, this.log, onEvent);
-        // A body refused after the upstream had begun to answer: the exchange was cut off.
-        const refused = x.refusedBody;
-        if (refused !== undefined) this.#logRefusal(x, refused);
-        this.#record(
-          x,
-          refused !== undefined ? "blocked" : x.secret === undefined ? "passthrough" : "injected",
-          result.status,
-          refused?.code,
-          result,
-        );
-      }
-    } catch (err) {
-      // The client hung up on a held request: its withdrawal is audited, nobody is left to answer.
-      if (err instanceof Withdrawn) return;
-      if (err instanceof BrokerError) {
-        this.#logRefusal(x, err);
-        this.#record(x, "blocked", err.status, err.code);
-        sendError(res, err);
-      } else {
-        this.log.error({ err }, "internal error while handling a request");
-        sendError(res, internalError());
-      }
-      req.resume();
-    }
-  }
-
   /** Called by the admin API after `auth reset`. */
   onReset(provider: string, cleared: readonly string[]): void {
     this.log.info({ provider, cleared }, "pool marks reset");
@@ -923,142 +454,4 @@ export class Broker implements AdminHost {
       reason: cleared.length ? `cleared ${cleared.join(", ")}` : "nothing to clear",
     });
   }
-
-  /** One audit line for a request: who, which credential (id and fingerprint only), what came of it. */
-  #record(x: Exchange, decision: AuditDecision, status: number, code?: string, result?: ForwardResult): void {
-    this.metrics.request(x, decision, status, code, result);
-    if (this.#accessLogEnv || x.rt.rules.accessLog) logAccess(this.log, x, decision, status, code, result);
-    this.usage.count(
-      x.client.rule.name,
-      x.provider?.rule.id,
-      status,
-      decision === "blocked",
-      (result?.bytesIn ?? 0) + (result?.bytesOut ?? 0),
-    );
-    if (this.#audit === undefined) return;
-    const query = x.provider?.rule.inject.query;
-    // Built in one literal (absent fields stay undefined and are left out of the line): one
-    // object per request, where spreads made one more for each optional group.
-    this.#audit.record({
-      decision,
-      client: x.client.rule.name,
-      provider: x.provider?.rule.id,
-      credential: x.secret?.id,
-      fingerprint: x.secret?.fingerprint,
-      method: x.req.method ?? "GET",
-      host: x.port === (x.scheme === "https" ? 443 : 80) ? x.host : `${x.host}:${x.port}`,
-      path: x.path,
-      status,
-      code: code || undefined,
-      bytesIn: result?.bytesIn,
-      bytesOut: result?.bytesOut,
-      durationMs: Math.round((performance.now() - x.startedAt) * 10) / 10,
-      stripParams: query ? [query] : undefined,
-    });
-  }
-
-  /** `keybroker approve <id>`, with --home when this broker's home is not the default one. */
-  approveCommand(id: string, verb: "approve" | "deny" = "approve"): string {
-    const home = this.home === homePath(undefined, {}) ? "" : ` --home ${shellQuote(this.home)}`;
-    return `keybroker ${verb} ${id}${home}`;
-  }
-
-  /** Each step of an approval: a log line (the held one says how to answer) and an audit line. */
-  #onApprovalEvent(e: ApprovalEvent): void {
-    const r = e.request;
-    const id = r.id ?? "";
-    const what = `${r.method} ${r.host}${r.path} (${r.provider}, client ${r.client})`;
-    const until = e.until === undefined ? "" : ` until ${new Date(e.until).toISOString()}`;
-    let reason: string;
-    switch (e.decision) {
-      case "held":
-        reason = `approval ${id}: waiting up to ${Math.round((e.timeoutMs ?? 0) / 1000)} s`;
-        this.log.warn(
-          {
-            approval: id,
-            client: r.client,
-            provider: r.provider,
-            method: r.method,
-            host: r.host,
-            path: r.path,
-          },
-          `held ${what} for approval ${id}: to let it through run  ${this.approveCommand(id)}  (or ${this.approveCommand(id, "deny")}); it is refused in ${Math.round((e.timeoutMs ?? 0) / 1000)} s`,
-        );
-        // Names and ids only (never the body preview or a header): the event may go to a chat.
-        void this.notifier.notify({
-          event: "approval_pending",
-          id,
-          client: r.client,
-          provider: r.provider,
-          method: r.method,
-          host: r.host,
-          path: r.path,
-          expires_in: Math.round((e.timeoutMs ?? 0) / 1000),
-          approve: this.approveCommand(id),
-        });
-        break;
-      case "approved":
-        reason =
-          r.id === undefined
-            ? `covered by ${e.by}${until}`
-            : `approval ${id} approved by ${e.by}${e.until === undefined ? "" : ` for the same client, provider and rule${until}`}`;
-        break;
-      case "denied":
-        reason = `approval ${id} denied by ${e.by}`;
-        break;
-      case "approval_timeout":
-        reason = `approval ${id}: nobody answered in time`;
-        break;
-      case "withdrawn":
-        reason = `approval ${id} withdrawn: the client hung up`;
-        break;
-    }
-    if (e.decision === "held") this.metrics.approvalHeld();
-    else if (r.id !== undefined) this.metrics.approvalAnswered(e.decision);
-    if (e.decision !== "held")
-      this.log.info({ approval: id || undefined, provider: r.provider }, `${what}: ${reason}`);
-    this.#audit?.record({
-      decision: e.decision,
-      client: r.client,
-      provider: r.provider,
-      method: r.method,
-      host: r.host,
-      path: r.path,
-      reason,
-    });
-  }
-
-  #onPoolEvent(x: Exchange, e: PoolEvent): void {
-    this.metrics.poolEvent(e.decision, e.provider, e.credential, x.provider?.rule.id);
-    this.#audit?.record({
-      decision: e.decision === "fallback" ? "retried" : e.decision,
-      client: x.client.rule.name,
-      provider: e.provider,
-      credential: e.credential,
-      method: x.req.method ?? "GET",
-      host: x.host,
-      reason: e.detail,
-    });
-    if (e.decision !== "marked")
-      this.log.info({ provider: e.provider, credential: e.credential }, `${e.decision}: ${e.detail}`);
-  }
-
-  #logRefusal(x: Exchange, err: BrokerError): void {
-    const fields = {
-      code: err.code,
-      client: x.client.rule.name,
-      provider: err.provider,
-      host: x.host,
-      method: x.req.method,
-    };
-    if (err.code === "placeholder_host_mismatch")
-      this.log.warn(fields, `possible exfiltration blocked: ${err.message}`);
-    else if (err.status >= 500) this.log.warn(fields, err.message);
-    else this.log.info(fields, err.message);
-  }
-}
-
-/** A path as one shell word. */
-function shellQuote(s: string): string {
-  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replaceAll("'", "'\\''")}'`;
 }

@@ -1,7 +1,7 @@
 // WebSocket upgrades (OpenAI Realtime and the like): the upgrade request goes through the same
 // stages as any other, so the credential is injected into it; then the two sockets are joined.
 
-import type { IncomingHttpHeaders } from "node:http";
+import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { type Duplex, Transform } from "node:stream";
 import type { Agent, Dispatcher } from "undici";
@@ -10,6 +10,16 @@ import { type HeldResponse, HOLD_LIMIT, upstreamError } from "./forward.js";
 import { removeHeader } from "./headers.js";
 import { type BodySink, startResponse } from "./response-body.js";
 import { ResponseScrubber, scrubHeaders } from "./scrub-stream.js";
+
+/**
+ * An HTTP/1.1 upgrade: the client's raw socket, the bytes read past the request's head, and the
+ * response bound to that socket (for a refusal, until the sockets are joined).
+ */
+export interface Upgrade {
+  readonly socket: Socket;
+  readonly head: Buffer;
+  readonly res: ServerResponse;
+}
 
 function headerLines(headers: Record<string, string | string[] | undefined>): string {
   let out = "";
@@ -29,9 +39,9 @@ function headerLines(headers: Record<string, string | string[] | undefined>): st
 export async function forwardUpgrade(
   agent: Agent,
   x: Exchange,
-  client: Socket,
-  head: Buffer,
+  upgrade: Upgrade,
 ): Promise<101 | HeldResponse> {
+  const { socket: client, head, res } = upgrade;
   const protocol = String(x.req.headers.upgrade ?? "websocket");
   // Compressed frames could hide an echo of the credential from the scrubber.
   if (x.secret !== undefined) removeHeader(x.headers, "sec-websocket-extensions");
@@ -57,7 +67,7 @@ export async function forwardUpgrade(
           if (statusCode < 200) return;
           Object.assign(answer, { status: statusCode, statusMessage: statusMessage ?? "", headers });
           try {
-            sink = startResponse(x.res, statusCode, statusMessage ?? "", headers, patterns);
+            sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
           } catch (err) {
             c.abort(err as Error); // a body keybroker cannot scrub
           }
@@ -85,7 +95,7 @@ export async function forwardUpgrade(
           });
         },
         onResponseError(_c, err) {
-          if (x.res.headersSent) {
+          if (res.headersSent) {
             client.destroy();
             resolve(refused());
           } else reject(err);
@@ -113,7 +123,7 @@ export async function forwardUpgrade(
     return 101;
   }
   // The response object was only a vehicle for errors: from here on the socket is raw.
-  x.res.detachSocket(client);
+  res.detachSocket(client);
   const headers = patterns?.active ? scrubHeaders(patterns, data.headers) : data.headers;
   client.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(headers)}\r\n`);
   if (head.length > 0) upstream.write(head);

@@ -7,11 +7,14 @@
 //     a refused token becomes keybroker's own 401 reauth_required with the command to run, so
 //     the agent's client never starts a login of its own.
 // Streams (SSE answers, the GET stream, DELETE, Mcp-Session-Id) pass through forward untouched.
+
+import type { IncomingHttpHeaders } from "node:http";
 import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";
 import type { HeldResponse } from "../forward.js";
 import { assertClientMayUse } from "./inject.js";
 import { labelFlag } from "./pick-credential.js";
+import { NEXT, type Verdict } from "./stage.js";
 
 const METADATA =
   /^\/\.well-known\/(oauth-protected-resource|oauth-authorization-server|openid-configuration)(\/|$|\?)/;
@@ -37,8 +40,21 @@ export function planMcp(x: Exchange): void {
 }
 
 /**
- * What an MCP server's held answer becomes (forwardWithPool calls it once the refresh after a
- * 401 has been tried): a 401 is keybroker's own `reauth_required`, never the server's
+ * Response-head stage: an MCP server's challenge never reaches the agent (SPEC §15), even in an
+ * answer too large to hold: the agent's MCP client must not start a login of its own.
+ */
+export function stripMcpChallenge(x: Exchange, headers: IncomingHttpHeaders): void {
+  if (x.provider?.rule.mcp !== undefined) delete headers["www-authenticate"];
+}
+
+/** Response stage: an MCP server's held answer becomes keybroker's (see mcpAnswer). */
+export function answerMcp(x: Exchange): Verdict {
+  if (x.provider?.rule.mcp !== undefined) x.result!.held = mcpAnswer(x, x.result!.held!);
+  return NEXT;
+}
+
+/**
+ * What an MCP server's held answer becomes (once the refresh after a 401 has been tried): a 401 is keybroker's own `reauth_required`, never the server's
  * challenge; any other answer goes on without its WWW-Authenticate (an insufficient_scope 403).
  */
 export function mcpAnswer(x: Exchange, held: HeldResponse): HeldResponse {

@@ -286,10 +286,3 @@ export async function signRequest(x: Exchange): Promise<void> {
   applyHeaderRules(x);
   await auth.authorize(x);
 }
-
-/** Everything from choosing the credential to the request being ready to leave. */
-export async function prepareAttempt(x: Exchange): Promise<void> {
-  await pickCredential(x);
-  applyHeaderRules(x);
-  await signRequest(x);
-}

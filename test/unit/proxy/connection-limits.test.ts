@@ -7,7 +7,7 @@ import {
   defaultConnectionLimit,
   MAX_DEFAULT_CONNECTIONS,
   softFileLimit,
-} from "../../../proxy/connection-limits.js";
+} from "../../../proxy/listener/connection-limits.js";
 
 describe("the default connection cap", () => {
   it("stays well under the fd limit, and at most 4096", () => {

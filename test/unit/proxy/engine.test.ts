@@ -12,8 +12,8 @@ import { connect as tlsConnect } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CertificateAuthority, loadOrCreateCa } from "../../../certs/ca.js";
 import { LeafMinter } from "../../../certs/leaf.js";
-import { releaseAfterSurges } from "../../../proxy/connection-limits.js";
-import { CONNECT_OK, intercept } from "../../../proxy/engine.js";
+import { releaseAfterSurges } from "../../../proxy/listener/connection-limits.js";
+import { CONNECT_OK, intercept } from "../../../proxy/listener/engine.js";
 
 const HOST = "api.example.test";
 let home: string;

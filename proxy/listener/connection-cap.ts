@@ -10,7 +10,7 @@
 // make room; when every open connection has, the new one is refused as before.
 import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
-import type { Logger } from "../core/log.js";
+import type { Logger } from "../../core/log.js";
 import { listenerSocket } from "./engine.js";
 
 /** At most one log line per kind per this long, with the count since the last one. */

@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import type { Socket } from "node:net";
-import type { Rules } from "../rules/types.js";
+import type { Rules } from "../../rules/types.js";
 import type { ConnectionCap } from "./connection-cap.js";
 
 /** The cap when nothing else says: well under any fd limit a broker is likely to run with. */
@@ -68,7 +68,7 @@ export function applyConnectionRules(outer: Server, inner: Server, rules: Rules,
     server.keepAliveTimeout = rules.timeouts.keepAliveMs;
   }
   // Counted on the listener's sockets, which intercepted connections and tunnels keep open
-  // beneath them (proxy/connection-cap.ts: at the cap the oldest idle one makes room).
+  // beneath them (proxy/listener/connection-cap.ts: at the cap the oldest idle one makes room).
   cap.limit = connectionLimit(rules);
 }
 

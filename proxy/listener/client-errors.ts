@@ -4,7 +4,7 @@
 // them closes the connection, and a client that never reads or closes cannot keep it open.
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { BrokerError, errorResponse } from "../core/errors.js";
+import { BrokerError, errorResponse } from "../../core/errors.js";
 import { handshakeDone } from "./engine.js";
 
 /** How long a refused client has to read the answer before its connection is cut. */
@@ -118,4 +118,16 @@ export function answerClientErrors(server: Server, opts: { connectInside?: boole
       );
     });
   }
+}
+
+/** Answers `err` as SPEC §11's JSON; a response already under way is cut off instead. */
+export function sendError(res: ServerResponse, err: BrokerError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const out = errorResponse(err);
+  if (err.code === "client_unauthorized") out.headers["proxy-authenticate"] = 'Basic realm="keybroker"';
+  res.writeHead(out.status, out.headers);
+  res.end(out.body);
 }

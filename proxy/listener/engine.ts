@@ -6,7 +6,7 @@ import type { Server as HttpServer } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import { Duplex } from "node:stream";
 import { TLSSocket } from "node:tls";
-import type { LeafMinter } from "../certs/leaf.js";
+import type { LeafMinter } from "../../certs/leaf.js";
 
 /** What the CONNECT said, attached to the TLS socket for the requests that follow on it. */
 export interface ConnectInfo {

@@ -1,0 +1,53 @@
+// An HTTP/1.1 request as the pipeline's exchange: node's request and response objects carry
+// the body both ways, the target says where it goes.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { PoolState } from "../../secrets/pool.js";
+import type { Exchange } from "../exchange.js";
+import { forwardableRequestHeaders, setHeader } from "../headers.js";
+import type { Runtime } from "../runtime.js";
+import type { Target } from "./request-target.js";
+
+export function http1Exchange(
+  req: IncomingMessage,
+  res: ServerResponse,
+  t: Target,
+  rt: Runtime,
+  pools: PoolState,
+): Exchange {
+  const headers = forwardableRequestHeaders(req.rawHeaders, req.headers.connection);
+  if (t.mode === "reverse") {
+    // The loopback Host means nothing upstream.
+    setHeader(headers, "host", t.port === 443 ? t.host : `${t.host}:${t.port}`);
+  }
+  return {
+    req,
+    res,
+    method: req.method ?? "GET",
+    mode: t.mode,
+    rt,
+    client: t.client,
+    host: t.host,
+    port: t.port,
+    scheme: t.scheme,
+    sni: t.sni,
+    path: t.path,
+    headers,
+    provider: t.provider,
+    secret: undefined,
+    placeholder: undefined,
+    placeholderSeenAt: [],
+    startedAt: performance.now(),
+    pools,
+    injection: undefined,
+    body: undefined,
+    reverseRest: t.reverseRest,
+    tried: new Set(),
+    upstreamMs: 0,
+    heldMs: 0,
+    result: undefined,
+    status: 0,
+    refusal: undefined,
+    reauthorized: false,
+    exhausted: undefined,
+  };
+}

@@ -1,0 +1,228 @@
+// The listener: one loopback port that takes CONNECT (intercepted or tunnelled), plain-HTTP
+// proxy requests, reverse-mode `/p/<provider>` requests, the admin page and API, /metrics and
+// its own health endpoint; the inner server parses what comes out of intercepted TLS. It owns
+// the sockets, their limits and the answers to malformed requests; every request bound upstream
+// goes to `handle` (the pipeline) with its target.
+import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { ADMIN_PREFIX } from "../../admin/api.js";
+import { type AdminPage, isAdminPagePath } from "../../admin/page.js";
+import { answerTlsOnSamePort } from "../../admin/tls.js";
+import type { AuditEntry } from "../../audit/audit-log.js";
+import type { LeafMinter } from "../../certs/leaf.js";
+import { BrokerError } from "../../core/errors.js";
+import type { Logger } from "../../core/log.js";
+import { releaseHeap } from "../../core/v8-tuning.js";
+import { VERSION } from "../../core/version.js";
+import type { BrokerMetrics } from "../../metrics/broker-metrics.js";
+import { isMetricsRequest, type MetricsEndpoint } from "../../metrics/endpoint.js";
+import { isLoopbackHost } from "../../rules/address.js";
+import type { Rules } from "../../rules/types.js";
+import type { Runtime } from "../runtime.js";
+import type { Upgrade } from "../websocket.js";
+import { answerClientErrors, sendError } from "./client-errors.js";
+import { asBrokerError, onConnect } from "./connect.js";
+import { ConnectionCap } from "./connection-cap.js";
+import {
+  applyConnectionRules,
+  connectionLimit,
+  releaseAfterSurges,
+  serverOptions,
+  trackConnections,
+} from "./connection-limits.js";
+import { assertLocalCaller } from "./local-caller.js";
+import { interceptedTarget, outerTarget, type Target } from "./request-target.js";
+
+export const HEALTH_PATH = "/__keybroker/health";
+
+/** Runs one request through the pipeline (proxy/pipeline.ts). */
+export type Handle = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  t: Target,
+  upgrade?: Upgrade,
+) => Promise<void>;
+
+export interface ListenerParts {
+  /** The rules the listener starts with: its server options and whether it is on loopback. */
+  readonly rules: Rules;
+  /** The current runtime (it changes on reload). */
+  readonly runtime: () => Runtime;
+  readonly log: Logger;
+  readonly minter: LeafMinter;
+  readonly metrics: BrokerMetrics;
+  readonly audit: (entry: AuditEntry) => void;
+  readonly adminPage: AdminPage;
+  readonly metricsEndpoint: MetricsEndpoint;
+  /** The admin API, under ADMIN_PREFIX. */
+  readonly admin: (req: IncomingMessage, res: ServerResponse) => void;
+  readonly handle: Handle;
+}
+
+export class Listener {
+  readonly #p: ListenerParts;
+  readonly #outer: Server;
+  readonly #inner: Server;
+  readonly #sockets = new Set<Socket>();
+  /** limits.connections: at the cap, the oldest connection that has sent no request makes room. */
+  readonly #cap: ConnectionCap;
+  /** Off loopback: the admin page over TLS on the listener's port (admin/tls.ts). */
+  readonly #adminTls: Server | undefined;
+
+  constructor(p: ListenerParts) {
+    this.#p = p;
+    const { rules } = p;
+    const options = serverOptions(rules);
+    this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
+    if (!isLoopbackHost(rules.listen.host)) {
+      this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
+      answerClientErrors(this.#adminTls);
+      answerTlsOnSamePort(this.#outer, this.#adminTls, p.minter, rules.timeouts.handshakeMs);
+    }
+    this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
+    this.#cap = new ConnectionCap(this.#outer, connectionLimit(rules), p.log);
+    this.#cap.watch(this.#outer);
+    this.#cap.watch(this.#inner);
+    applyConnectionRules(this.#outer, this.#inner, rules, this.#cap);
+    trackConnections(this.#inner);
+    releaseAfterSurges(this.#outer, releaseHeap);
+    const connect = {
+      get rt() {
+        return p.runtime();
+      },
+      log: p.log,
+      minter: p.minter,
+      inner: this.#inner,
+      cap: this.#cap,
+      metrics: p.metrics,
+      audit: p.audit,
+    };
+    this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      onConnect(connect, req, socket, head),
+    );
+    answerClientErrors(this.#outer);
+    answerClientErrors(this.#inner, { connectInside: true });
+    this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#onUpgrade(req, socket, head, true),
+    );
+    this.#outer.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#onUpgrade(req, socket, head, false),
+    );
+    this.#outer.on("connection", (socket: Socket) => {
+      socket.setNoDelay(true);
+      this.#sockets.add(socket);
+      socket.once("close", () => this.#sockets.delete(socket));
+    });
+  }
+
+  async listen(port: number, host: string): Promise<AddressInfo> {
+    await new Promise<void>((resolve, reject) => {
+      this.#outer.once("error", reject);
+      this.#outer.listen(port, host, () => {
+        this.#outer.off("error", reject);
+        resolve();
+      });
+    });
+    return this.#outer.address() as AddressInfo;
+  }
+
+  /** A new rule set's timeouts and connection limits. */
+  applyRules(rules: Rules): void {
+    applyConnectionRules(this.#outer, this.#inner, rules, this.#cap);
+  }
+
+  /** Stops listening and drops every connection; resolves when the listener has closed. */
+  close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
+    this.#inner.close();
+    this.#adminTls?.close();
+    this.#outer.closeAllConnections();
+    for (const socket of this.#sockets) socket.destroy();
+    return closed;
+  }
+
+  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+    try {
+      void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), req));
+    } catch (err) {
+      sendError(res, asBrokerError(err, this.#p.log));
+    }
+  }
+
+  #onOuterRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? "/";
+    const p = this.#p;
+    try {
+      // The admin page checks its callers itself: sessions, CSRF tokens, the Host it is named by.
+      if (isAdminPagePath(url)) {
+        void p.adminPage.handle(req, res);
+        return;
+      }
+      const rt = p.runtime();
+      if (isMetricsRequest(url)) {
+        void p.metricsEndpoint.handle(req, res, () => assertLocalCaller(req, rt.rules.listen.host));
+        return;
+      }
+      // The root leads to the admin page, by whatever address a person opened (SPEC §16: never
+      // an error where a form belongs); the page then checks its callers itself.
+      if (url === "/" && (req.method === "GET" || req.method === "HEAD") && !rt.providerForMount("/")) {
+        res.writeHead(303, { location: "/admin/" });
+        res.end();
+        return;
+      }
+      if (url.startsWith("/")) assertLocalCaller(req, rt.rules.listen.host);
+      if (url.startsWith(ADMIN_PREFIX)) {
+        p.admin(req, res);
+        return;
+      }
+      if (url === HEALTH_PATH) {
+        const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
+        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+        res.end(body);
+        return;
+      }
+      void p.handle(req, res, outerTarget(rt, req, p.log));
+    } catch (err) {
+      sendError(res, asBrokerError(err, p.log));
+    }
+  }
+
+  /** A request that came over TLS straight to the listener: only the admin page is served there. */
+  #onAdminTlsRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? "/";
+    if (isAdminPagePath(url)) {
+      void this.#p.adminPage.handle(req, res);
+      return;
+    }
+    if (url === "/") {
+      res.writeHead(303, { location: "/admin/" });
+      res.end();
+      return;
+    }
+    sendError(
+      res,
+      new BrokerError("bad_request", "over TLS this port serves only the admin page at /admin/", {
+        hint: "use it as a proxy over plain HTTP (HTTPS_PROXY=http://...)",
+      }),
+    );
+  }
+
+  #onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, intercepted: boolean): void {
+    socket.on("error", () => socket.destroy());
+    // A response bound to the raw socket, so refusals go out as ordinary error responses.
+    const res = new ServerResponse(req);
+    res.assignSocket(socket);
+    res.shouldKeepAlive = false;
+    // A refusal says `Connection: close`; no server hook closes a response made by hand.
+    res.once("finish", () => socket.end());
+    const p = this.#p;
+    try {
+      const rt = p.runtime();
+      if (!intercepted && (req.url ?? "/").startsWith("/")) assertLocalCaller(req, rt.rules.listen.host);
+      const target = intercepted ? interceptedTarget(rt, req) : outerTarget(rt, req, p.log);
+      void p.handle(req, res, target, { socket, head, res });
+    } catch (err) {
+      sendError(res, asBrokerError(err, p.log));
+    }
+  }
+}
