@@ -85,6 +85,7 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
       ]),
     ),
     clients: compileClients(file.clients ?? undefined, ctx),
+    runIsolate: file.run?.isolate ?? undefined,
     approvals: {
       timeoutMs:
         (file.approvals?.timeout === undefined ? undefined : parseDuration(file.approvals.timeout)) ??

@@ -750,6 +750,10 @@ export const ruleFileSchema = strict({
     .record(clientName, clientSchema.nullable(), expect("a map of client names to clients"))
     .nullish(),
   catalogue: z.boolean(expect("true or false")).optional(),
+  /** `keybroker run` (decision 116): isolate by default (true), or run plainly without the notice (false). */
+  run: strict({
+    isolate: z.boolean(expect("true or false")).optional(),
+  }).nullish(),
   /** Requests held by `approve` rules (SPEC §16). */
   approvals: strict({
     /** How long a held request waits for an answer; a rule's own timeout wins. Default 120s. */

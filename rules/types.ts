@@ -213,6 +213,8 @@ export interface Rules {
     Record<string, Readonly<Record<string, Readonly<Record<string, string>>>>>
   >;
   readonly clients: readonly ClientRule[];
+  /** `run: { isolate }` (decision 116): true isolates by default; false silences the notice. */
+  readonly runIsolate?: boolean | undefined;
   /** Requests held by `approve` rules: how long they wait by default. */
   readonly approvals: { readonly timeoutMs: number };
   /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
