@@ -403,6 +403,11 @@ export class Broker implements AdminHost {
     this.#audit?.record(entry);
   }
 
+  /** Serves a connection accepted elsewhere: an isolated launch's listener (decision 115). */
+  acceptConnection(socket: Socket): void {
+    this.#outer.emit("connection", socket);
+  }
+
   /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */
   reloadRules(): Promise<void> {
     return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));

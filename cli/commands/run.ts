@@ -162,6 +162,8 @@ ${COMMON_HELP}`,
         return await runIsolated({
           dir,
           broker: { host: where.hostname, port: Number(where.port) },
+          accept: broker === undefined ? undefined : (socket) => broker!.acceptConnection(socket),
+          authorization: `Basic ${Buffer.from(`${launch.user}:${launch.token}`).toString("base64")}`,
           hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin]),
           allow,
           command,

@@ -1,20 +1,17 @@
 // The first process of an isolated launch (decision 115): `unshare` starts it as PID 1 of new
 // user, mount, PID and network namespaces, root of its user namespace. It brings loopback up,
-// hides the broker's files, starts the relays to the broker, then runs the agent in one more
+// hides the broker's files, listens where the proxy variables point, then runs the agent in one more
 // user and mount namespace as the user's own uid: there the mounts made here are locked (the
-// agent cannot unmount them to see what they hide) and it holds no capability over them. It
-// stays as the relay until the agent exits, and exits with the agent's status; the kernel then
-// ends every process left in the PID namespace.
+// agent cannot unmount them to see what they hide) and it holds no capability over them. Its
+// listeners go to `run` over the IPC channel (no relay in here); it passes on the signals `run`
+// sends, and exits with the agent's status; the kernel then ends every process left in the PID
+// namespace.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { Socket } from "node:net";
+import { createServer } from "node:net";
 import { constants } from "node:os";
 import { join } from "node:path";
-import type { JailPlan } from "./plan.js";
-import { connectRelay, relay } from "./relay.js";
-
-/** The control channel from `run`: signals to pass on, one name a line; "ready" goes back. */
-const CONTROL_FD = 3;
+import type { JailMessage, JailPlan } from "./plan.js";
 
 function fail(message: string): never {
   process.stderr.write(`keybroker run --isolate: ${message}\n`);
@@ -52,59 +49,49 @@ function bindHosts(plan: JailPlan): void {
   must("mount", ["--bind", hosts, "/etc/hosts"]);
 }
 
-/** The Basic credentials of the proxy URL the agent got, for the CONNECTs of --allow-connect. */
-function proxyAuthorization(): string | undefined {
-  const url = process.env.HTTPS_PROXY;
-  if (url === undefined) return undefined;
-  const u = new URL(url);
-  if (u.username === "") return undefined;
-  const pair = `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`;
-  return `Basic ${Buffer.from(pair).toString("base64")}`;
+/** Listens inside the namespace and hands the listener to `run`, which accepts on it. */
+function handOver(message: JailMessage, host: string, port: number): Promise<void> {
+  const server = createServer();
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      // run keeps its copy; this one is closed, so only run accepts.
+      process.send?.(message, server, () => {
+        server.close();
+        resolve();
+      });
+    });
+  });
 }
 
 async function main(): Promise<void> {
   const plan = JSON.parse(readFileSync(process.argv[2] ?? "", "utf8")) as JailPlan;
-  const control = new Socket({ fd: CONTROL_FD, readable: true, writable: true });
-  control.on("error", () => {});
   // The namespaces exist: whatever fails from here says why itself.
-  control.write("up\n");
+  process.send?.({ type: "up" } satisfies JailMessage);
   must("ip", ["link", "set", "lo", "up"]);
   hide(plan);
   bindHosts(plan);
-  const toBroker = () => new Socket().connect(plan.socket);
   try {
-    await relay({ host: "127.0.0.1", port: plan.port }, toBroker);
-    const auth = proxyAuthorization();
-    for (const a of plan.allow) {
-      await connectRelay({ host: a.address, port: a.port }, plan.socket, `${a.host}:${a.port}`, auth);
-    }
+    await handOver({ type: "proxy" }, "127.0.0.1", plan.port);
+    for (const [index, a] of plan.allow.entries())
+      await handOver({ type: "allow", index }, a.address, a.port);
   } catch (err) {
     fail(`cannot listen inside the namespace: ${(err as Error).message}`);
   }
 
   // Signals a terminal sends reach the agent by itself; PID 1 only has to outlive it.
   for (const s of ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"] as const) process.on(s, () => {});
+  const env = { ...process.env };
+  if (plan.nodeOptions !== undefined) env.NODE_OPTIONS = plan.nodeOptions;
   const child = spawn(
     "unshare",
     ["--user", `--map-user=${plan.uid}`, `--map-group=${plan.gid}`, "--mount", "--", ...plan.command],
-    {
-      stdio: "inherit",
-      cwd: plan.cwd,
-      env: plan.nodeOptions === undefined ? process.env : { ...process.env, NODE_OPTIONS: plan.nodeOptions },
-    },
+    { stdio: "inherit", cwd: plan.cwd, env },
   );
-  let buffered = "";
-  control.on("data", (chunk: Buffer) => {
-    buffered += chunk.toString("latin1");
-    let nl = buffered.indexOf("\n");
-    while (nl !== -1) {
-      const name = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      if (/^SIG[A-Z]+$/.test(name) && name in constants.signals) child.kill(name as NodeJS.Signals);
-      nl = buffered.indexOf("\n");
-    }
+  process.on("message", (m: JailMessage) => {
+    if (m.type === "signal" && m.signal in constants.signals) child.kill(m.signal);
   });
-  child.once("spawn", () => control.write("ready\n"));
+  child.once("spawn", () => process.send?.({ type: "ready" } satisfies JailMessage));
   child.once("error", (err) => fail(`cannot start unshare: ${(err as NodeJS.ErrnoException).code}`));
   child.once("exit", (status, signal) => {
     process.exit(status ?? 128 + (signal ? (constants.signals[signal] ?? 1) : 1));

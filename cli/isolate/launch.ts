@@ -1,17 +1,18 @@
 // The outside of `run --isolate` (decision 115): the launch's private folder (a copy of the
-// public CA bundle, the unix socket relayed to the broker, the plan), then `unshare` starting
-// cli/isolate/jail.ts as PID 1 of the new namespaces. Signals `run` receives go to the agent
-// over a control channel: `unshare` itself does not pass them on.
+// public CA bundle, the plan), then `unshare` starting cli/isolate/jail.ts as PID 1 of the new
+// namespaces, with Node's IPC channel between them: the jail hands over the listeners it made
+// inside, and `run` accepts the agent's connections on them. Signals `run` receives go to the
+// agent over the same channel: `unshare` itself does not pass them on.
 import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect, type Server, type Socket } from "node:net";
+import { connect, Server, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { BUNDLE_FILE, bundleDirFor } from "../../certs/bundle.js";
 import type { HiddenPaths } from "./hidden-paths.js";
-import { type AllowedConnect, type JailPlan, namespaceRefusal } from "./plan.js";
-import { relay } from "./relay.js";
+import { type AllowedConnect, type JailMessage, type JailPlan, namespaceRefusal } from "./plan.js";
+import { connectThrough, splice } from "./relay.js";
 
 const JAIL = fileURLToPath(new URL("./jail.js", import.meta.url));
 
@@ -35,6 +36,10 @@ export interface IsolatedRun {
   readonly dir: LaunchDir;
   /** The broker's listener, as the proxy variables name it. */
   readonly broker: { readonly host: string; readonly port: number };
+  /** Serves a connection from the agent in this process (run's own broker); else relayed to `broker`. */
+  readonly accept: ((socket: Socket) => void) | undefined;
+  /** The launch's Proxy-Authorization value, for the CONNECTs of --allow-connect. */
+  readonly authorization: string;
   readonly hide: HiddenPaths;
   readonly allow: readonly AllowedConnect[];
   readonly command: readonly string[];
@@ -46,13 +51,10 @@ export interface IsolatedRun {
 
 /** Runs the command isolated; resolves with its exit status (1 when the jail could not be made). */
 export async function runIsolated(r: IsolatedRun): Promise<number> {
-  const socketPath = join(r.dir.dir, "broker.sock");
-  const outside: Server = await relay(socketPath, () => connect(r.broker.port, r.broker.host));
   const emptyFile = join(r.dir.dir, "empty");
   writeFileSync(emptyFile, "", { mode: 0o444 });
   const plan: JailPlan = {
     dir: r.dir.dir,
-    socket: socketPath,
     port: r.broker.port,
     hide: r.hide,
     emptyFile,
@@ -82,18 +84,27 @@ export async function runIsolated(r: IsolatedRun): Promise<number> {
       JAIL,
       planPath,
     ],
-    { stdio: ["inherit", "inherit", "inherit", "pipe"], env: jailEnv },
+    { stdio: ["inherit", "inherit", "inherit", "ipc"], env: jailEnv },
   );
-  const control = child.stdio[3] as Socket;
+  const toBroker = () => connect(r.broker.port, r.broker.host);
+  const listeners: Server[] = [];
   let stage: "none" | "up" | "ready" = "none";
-  control.on("error", () => {});
-  control.on("data", (chunk: Buffer) => {
-    const text = chunk.toString("latin1");
-    if (text.includes("up\n") && stage === "none") stage = "up";
-    if (text.includes("ready\n")) stage = "ready";
+  child.on("message", (m: JailMessage, handle: unknown) => {
+    if (m.type === "up" && stage === "none") stage = "up";
+    else if (m.type === "ready") stage = "ready";
+    else if (handle instanceof Server) {
+      listeners.push(handle);
+      const allowed = m.type === "allow" ? r.allow[m.index] : undefined;
+      handle.on("connection", (socket: Socket) => {
+        if (allowed !== undefined)
+          connectThrough(socket, toBroker(), `${allowed.host}:${allowed.port}`, r.authorization);
+        else if (r.accept !== undefined) r.accept(socket);
+        else splice(socket, toBroker());
+      });
+    }
   });
   const forward = (signal: NodeJS.Signals) => () => {
-    if (stage === "ready") control.write(`${signal}\n`);
+    if (stage === "ready") child.send({ type: "signal", signal } satisfies JailMessage);
     else child.kill("SIGKILL");
   };
   const handlers = (["SIGINT", "SIGTERM", "SIGHUP"] as const).map((s) => [s, forward(s)] as const);
@@ -118,8 +129,7 @@ export async function runIsolated(r: IsolatedRun): Promise<number> {
     return code;
   } finally {
     for (const [s, h] of handlers) process.off(s, h);
-    control.destroy();
-    outside.close();
+    for (const l of listeners) l.close();
     r.dir.remove();
   }
 }

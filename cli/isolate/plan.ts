@@ -13,10 +13,8 @@ export interface AllowedConnect {
 
 /** Written to the launch's folder as plan.json; holds no secret (the token is in the env). */
 export interface JailPlan {
-  /** The launch's private folder (0700): the unix socket, the CA bundle copy, plan.json. */
+  /** The launch's private folder (0700): the CA bundle copy, plan.json. */
   readonly dir: string;
-  /** The unix socket `run` relays to the broker. */
-  readonly socket: string;
   /** The port of 127.0.0.1 the proxy variables name, listened on inside. */
   readonly port: number;
   readonly hide: HiddenPaths;
@@ -31,6 +29,12 @@ export interface JailPlan {
   /** The agent's NODE_OPTIONS (the relay itself runs without keybroker's preload). */
   readonly nodeOptions: string | undefined;
 }
+
+/** Between `run` and the jail, over Node's IPC channel (listeners go with "proxy" and "allow"). */
+export type JailMessage =
+  | { readonly type: "up" | "ready" | "proxy" }
+  | { readonly type: "allow"; readonly index: number }
+  | { readonly type: "signal"; readonly signal: NodeJS.Signals };
 
 /** `--allow-connect` values → destinations, each on its own loopback address inside. */
 export function parseAllowConnect(values: readonly string[]): AllowedConnect[] {

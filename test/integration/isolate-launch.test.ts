@@ -243,9 +243,12 @@ describe("each launch has its own identity", () => {
     expect(byLaunch.has(ids[0])).toBe(true);
     for (const id of byLaunch.keys()) {
       const start = lines.find((l) => l.decision === "launch_started" && l.launch === id);
-      const end = lines.find((l) => l.decision === "launch_ended" && l.launch === id);
       expect(start?.reason).toMatch(/^sh -c .* \(started \d{4}-/);
-      expect(end).toBeDefined();
+      // The audit line of the launch's end is written as the broker answers run's revocation.
+      await until(
+        async () => auditLines().some((l) => l.decision === "launch_ended" && l.launch === id),
+        `the end of launch ${String(id)} in the audit log`,
+      );
     }
     // Gone from status once they exit.
     const after = await f.cli(["status", "--json"]);
