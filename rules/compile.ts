@@ -189,6 +189,7 @@ function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
       paths: list(matcher.path),
       ...(matcher.roles === undefined ? {} : { roles: list(matcher.roles) }),
       ...(matcher.clients === undefined ? {} : { clients: list(matcher.clients) }),
+      ...(matcher.launch === undefined ? {} : { launches: list(matcher.launch) }),
       ...durationField("timeoutMs", matcher.timeout),
     };
   });

@@ -363,6 +363,11 @@ const policyMatcherSchema = strict({
   roles: oneOrMany(role, "a role or a list of roles").optional(),
   /** The rule applies only to these clients. */
   clients: oneOrMany(clientName, "a client name or a list of client names").optional(),
+  /** The rule applies only to `run --isolate` launches of these commands (decision 117). */
+  launch: oneOrMany(
+    matching(/^[^\s/]+$/, "a command name", "is not a command name — give its base name, as in claude"),
+    "a command name or a list of command names",
+  ).optional(),
   /** approve only: how long a held request waits for an answer (default approvals.timeout). */
   timeout: positiveDuration.optional(),
 });

@@ -41,6 +41,8 @@ export interface PolicyRule {
   readonly roles?: readonly Role[];
   /** Only these clients; unset = every client. */
   readonly clients?: readonly string[];
+  /** `launch:` only `run --isolate` launches of these commands (base names); unset = anyone. */
+  readonly launches?: readonly string[];
   /** approve: how long a held request waits; unset = `approvals.timeoutMs`. */
   readonly timeoutMs?: number;
 }

@@ -37,7 +37,11 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => echo.listen(0, "127.0.0.1", resolve));
   const echoPort = (echo.address() as { port: number }).port;
   f = await startFixture({
-    rules: (u) => rulesFor(u).replace("resolve:\n", `resolve:\n  "git.test:2222": "127.0.0.1:${echoPort}"\n`),
+    rules: (u) =>
+      rulesFor(u, '      - deny: { method: GET, path: "/user", launch: [sh] }\n').replace(
+        "resolve:\n",
+        `resolve:\n  "git.test:2222": "127.0.0.1:${echoPort}"\n`,
+      ),
   });
   config = join(f.dir, "keybroker.yaml");
 });
@@ -254,6 +258,30 @@ describe("each launch has its own identity", () => {
     const after = await f.cli(["status", "--json"]);
     const still = (JSON.parse(after.stdout).launches as { id: string }[]).map((l) => l.id);
     for (const id of byLaunch.keys()) expect(still).not.toContain(id);
+  });
+});
+
+describe("policy rules scoped by launch:", () => {
+  it("apply to isolated launches of the named command only", async () => {
+    const user = `curl -sS -o /dev/null -w '%{http_code}' -u "x-access-token:$GITHUB_TOKEN" https://api.github.com/user`;
+    const bySh = await isolated(["sh", "-c", user]);
+    expect(bySh.stdout, bySh.stderr).toBe("403");
+    // Another command, and the same command not isolated (no launch): the rule does not apply.
+    const byEnv = await isolated(["env", "sh", "-c", user]);
+    expect(byEnv.stdout, byEnv.stderr).toBe("200");
+    const plain = await cliAsync([
+      "run",
+      "--no-isolate",
+      "--home",
+      f.home,
+      "--config",
+      config,
+      "--",
+      "sh",
+      "-c",
+      user,
+    ]);
+    expect(plain.stdout, plain.stderr).toBe("200");
   });
 });
 
