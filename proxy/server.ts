@@ -231,6 +231,7 @@ export class Broker implements AdminHost {
     });
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
+    this.metrics.launches = () => this.launches.list();
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
     if (!isLoopbackHost(rt.rules.listen.host)) {
       this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));

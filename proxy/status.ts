@@ -192,5 +192,9 @@ export function formatStatus(report: StatusReport): string {
       lines.push(`  ${c.id}  ${from}  ${c.state}${until}${reason}${token}  requests ${c.requests}`);
     }
   }
+  // `run --isolate` launches running now, each with its own identity (decision 114).
+  for (const l of report.launches ?? []) {
+    lines.push(`launch ${l.id}  client ${l.client}  since ${l.startedAt}  ${l.command}`);
+  }
   return lines.join("\n");
 }

@@ -230,6 +230,12 @@ describe("each launch has its own identity", () => {
     const mine = launches.filter((l) => l.command.startsWith("sh -c 'echo ready; read word;"));
     expect(mine).toHaveLength(1);
     expect(mine[0]!.client).toBe("default");
+    const human = await f.cli(["status"]);
+    expect(human.stdout).toContain(`launch ${mine[0]!.id}  client default  since `);
+    const metrics = await (await fetch(`${f.broker.url}/metrics`)).text();
+    expect(metrics).toContain(
+      `keybroker_launch_start_time_seconds{launch="${mine[0]!.id}",client="default",command="sh -c `,
+    );
     const second = await isolated(["sh", "-c", CURL]);
     expect(second.status, second.stderr).toBe(0);
     expect(second.stdout).toBe("200");
