@@ -22,7 +22,7 @@ import {
   readRulesIsolated,
 } from "../context.js";
 import { hiddenPaths } from "../isolate/hidden-paths.js";
-import { commandLine, makeLaunchDir, runIsolated } from "../isolate/launch.js";
+import { commandLine, type LaunchDir, makeLaunchDir, runIsolated } from "../isolate/launch.js";
 import { assertIsolationAvailable, parseAllowConnect } from "../isolate/plan.js";
 import { resolvedSecrets, stripSecrets } from "../strip-secrets.js";
 
@@ -146,8 +146,9 @@ ${COMMON_HELP}`,
               client,
               command: commandLine(command),
             });
-      const dir = makeLaunchDir(target.bundle);
+      let dir: LaunchDir | undefined;
       try {
+        dir = makeLaunchDir(target.bundle);
         Object.assign(
           env,
           agentVariables({
@@ -172,7 +173,7 @@ ${COMMON_HELP}`,
           err: ctx.err,
         });
       } finally {
-        dir.remove();
+        dir?.remove();
         if (running === undefined) endLaunch(broker!, launch.id);
         else await adminRequest(ctx.home, running, "DELETE", `launches/${launch.id}`).catch(() => undefined);
       }
