@@ -88,6 +88,11 @@ async function main(): Promise<void> {
     ["--user", `--map-user=${plan.uid}`, `--map-group=${plan.gid}`, "--mount", "--", ...plan.command],
     { stdio: "inherit", cwd: plan.cwd, env },
   );
+  // run is gone (killed, so it could not pass a signal on): the agent must not outlive it.
+  process.on("disconnect", () => {
+    child.kill("SIGKILL");
+    process.exit(137);
+  });
   process.on("message", (m: JailMessage) => {
     if (m.type === "signal" && m.signal in constants.signals) child.kill(m.signal);
   });

@@ -148,6 +148,30 @@ describe("run --isolate passes through", () => {
     expect(processesWith(["sleep", marker])).toEqual([]);
   });
 
+  it("run killed outright: the launch ends with it, nothing left running", async () => {
+    const marker = `4321.${process.pid}`;
+    const run = started([
+      "run",
+      "--isolate",
+      "--home",
+      f.home,
+      "--config",
+      config,
+      "--",
+      "sh",
+      "-c",
+      `sleep ${marker} & echo started; wait`,
+    ]);
+    await run.waitFor(/started/);
+    await until(async () => processesWith(["sleep", marker]).length === 1, "the sleep to start");
+    run.child.kill("SIGKILL");
+    await until(
+      async () => processesWith(["sleep", marker]).length === 0,
+      "the launch's processes to end",
+      20_000,
+    );
+  });
+
   it("a terminal: a full-screen program in raw mode on a pty reads keys as typed, Ctrl-C included", async () => {
     // What an agent's TUI does: raw mode, its own prompt, Ctrl-C read as a key (0x03).
     const tui = `const i = process.stdin;
