@@ -7,7 +7,7 @@
 // sends, and exits with the agent's status; the kernel then ends every process left in the PID
 // namespace.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { constants } from "node:os";
 import { join } from "node:path";
@@ -91,6 +91,8 @@ async function main(): Promise<void> {
   // run is gone (killed, so it could not pass a signal on): the agent must not outlive it.
   process.on("disconnect", () => {
     child.kill("SIGKILL");
+    // Nor its folder, which run would have removed.
+    rmSync(plan.dir, { recursive: true, force: true });
     process.exit(137);
   });
   process.on("message", (m: JailMessage) => {

@@ -8,13 +8,14 @@ import {
   chmodSync,
   chownSync,
   copyFileSync,
+  existsSync,
   mkdirSync,
   readdirSync,
   readFileSync,
   writeFileSync,
 } from "node:fs";
 import { createServer, type Server } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, type CliResult, cliAsync, findSecrets, runProcess, tempHome } from "../helpers/broker.js";
 import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
@@ -160,9 +161,12 @@ describe("run --isolate passes through", () => {
       "--",
       "sh",
       "-c",
-      `sleep ${marker} & echo started; wait`,
+      `sleep ${marker} & echo "started $SSL_CERT_FILE"; wait`,
     ]);
-    await run.waitFor(/started/);
+    await run.waitFor(/started \S+\n/);
+    // The launch's own folder (the CA bundle copy): run can no longer remove it, the jail does.
+    const folder = dirname(dirname(/started (\S+)/.exec(run.out())![1]!));
+    expect(existsSync(folder)).toBe(true);
     await until(async () => processesWith(["sleep", marker]).length === 1, "the sleep to start");
     run.child.kill("SIGKILL");
     await until(
@@ -170,6 +174,7 @@ describe("run --isolate passes through", () => {
       "the launch's processes to end",
       20_000,
     );
+    await until(async () => !existsSync(folder), "the launch's folder to go", 20_000);
   });
 
   it("a terminal: a full-screen program in raw mode on a pty reads keys as typed, Ctrl-C included", async () => {
