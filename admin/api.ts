@@ -13,6 +13,7 @@ import { providerStatuses, type StatusReport } from "../proxy/status.js";
 import { handleApprovals } from "./approvals-api.js";
 import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
 import type { AdminHost } from "./host.js";
+import { handleLaunches } from "./launches-api.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
 
@@ -79,6 +80,7 @@ export function statusReport(broker: AdminHost): StatusReport {
     rules: broker.runtime.rules.origin,
     audit: broker.auditHealth(),
     state: broker.sharedState.health(),
+    launches: broker.launches.list(),
     providers: providerStatuses(broker.runtime, broker.pools.snapshot(), (id) =>
       broker.logins.members(id).map((e) => e.login),
     ),
@@ -115,6 +117,10 @@ export async function handleAdmin(
         );
       }
       send(res, 200, view);
+      return;
+    }
+    if (action === "launches" || action?.startsWith("launches/")) {
+      send(res, 200, await handleLaunches(broker, req, action, () => readJson(req)));
       return;
     }
     if (action === "login-link" && req.method === "POST" && page !== undefined) {

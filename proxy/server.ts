@@ -4,6 +4,7 @@
 // create, listen, reload and close are its own.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import type { Agent } from "undici";
 import { handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
 import { callerOf } from "../admin/callers.js";
@@ -37,6 +38,7 @@ import { createSecretResolver } from "../secrets/sources.js";
 import { accessLogFromEnv } from "./access-log.js";
 import { onApprovalEvent } from "./approval-events.js";
 import { Approvals } from "./approvals.js";
+import { Launches } from "./launches.js";
 import { http1Exchange } from "./listener/http1-exchange.js";
 import { HEALTH_PATH, Listener } from "./listener/listener.js";
 import type { Target } from "./listener/request-target.js";
@@ -87,6 +89,8 @@ export class Broker implements AdminHost {
   readonly #adminPage: AdminPage;
   /** Requests per client and provider over the last 24 h, for the admin page. */
   readonly usage = new Usage();
+  /** `run --isolate` launches, each with its own client identity (decision 114). */
+  readonly launches = new Launches();
   /** What /metrics reports (SPEC §18), counted as things happen. */
   readonly metrics = new BrokerMetrics();
   readonly #metricsEndpoint: MetricsEndpoint;
@@ -176,6 +180,7 @@ export class Broker implements AdminHost {
       caller: (req) => callerOf(this, this.#adminToken, req),
     });
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
+    this.metrics.launches = () => this.launches.list();
     this.#pipeline = new Pipeline({
       log: opts.log,
       auditWritable: () => this.#audit?.writable ?? true,
@@ -192,6 +197,7 @@ export class Broker implements AdminHost {
     this.#listener = new Listener({
       rules: rt.rules,
       runtime: () => this.#rt,
+      launches: this.launches,
       log: opts.log,
       minter: this.#minter,
       metrics: this.metrics,
@@ -349,6 +355,11 @@ export class Broker implements AdminHost {
   /** Records one audit line (for the admin API and page). */
   audit(entry: AuditEntry): void {
     this.#audit?.record(entry);
+  }
+
+  /** Serves a connection accepted elsewhere: an isolated launch's listener (decision 115). */
+  acceptConnection(socket: Socket): void {
+    this.#listener.acceptConnection(socket);
   }
 
   /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */

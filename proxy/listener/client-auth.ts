@@ -4,6 +4,7 @@
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { isLoopbackHost } from "../../rules/address.js";
+import type { Launches } from "../launches.js";
 import type { ClientState, Runtime } from "../runtime.js";
 
 const ENV_HINT = "use the proxy URL that `keybroker env --client <name>` prints";
@@ -27,9 +28,16 @@ function proxyCredentials(header: string | undefined): { user?: string; password
 }
 
 /** The client a Proxy-Authorization header names; a 407 `client_unauthorized` otherwise. */
-export function authenticate(rt: Runtime, header: string | undefined, log: Logger): ClientState {
+export function authenticate(
+  rt: Runtime,
+  launches: Launches,
+  header: string | undefined,
+  log: Logger,
+): ClientState {
   const { user, password } = proxyCredentials(header);
-  const client = rt.authenticate(user, password);
+  const launch = launches.authenticate(rt, user, password);
+  if (launch !== undefined && launch !== null) return launch;
+  const client = launch === null ? undefined : rt.authenticate(user, password);
   if (client !== undefined) return client;
   const name = user === undefined || user === "" ? "default" : user.slice(0, 64);
   const known = [...rt.clients.keys()].join(", ");

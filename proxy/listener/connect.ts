@@ -10,6 +10,7 @@ import { BrokerError, internalError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import type { BrokerMetrics } from "../../metrics/broker-metrics.js";
 import { allowsPrivate } from "../../secrets/oauth/oauth-agent.js";
+import type { Launches } from "../launches.js";
 import type { Runtime } from "../runtime.js";
 import { parseHostHeader } from "../stages/check-host-binding.js";
 import { isPrivateAddress } from "../upstream.js";
@@ -20,6 +21,7 @@ import { intercept, tunnel } from "./engine.js";
 
 export interface ConnectParts {
   readonly rt: Runtime;
+  readonly launches: Launches;
   readonly log: Logger;
   readonly minter: LeafMinter;
   /** The server intercepted requests are parsed by. */
@@ -41,13 +43,13 @@ export function onConnect(p: ConnectParts, req: IncomingMessage, socket: Socket,
         `CONNECT needs a host:port target with a port from 1 to 65535, got "${(req.url ?? "").slice(0, 200)}"`,
       );
     }
-    const client = authenticate(rt, req.headers["proxy-authorization"], log);
+    const client = authenticate(rt, p.launches, req.headers["proxy-authorization"], log);
     const provider = rt.providerForHost(target.host, target.port);
     if (provider !== undefined || rt.rules.intercept === "all") {
       intercept(
         socket,
         head,
-        { ...target, client: client.rule.name },
+        { ...target, client: client.rule.name, launch: client.launch?.id },
         p.minter,
         p.inner,
         rt.rules.timeouts.handshakeMs,
@@ -62,6 +64,7 @@ export function onConnect(p: ConnectParts, req: IncomingMessage, socket: Socket,
       p.audit({
         decision: refused ? "blocked" : "passthrough",
         client: client.rule.name,
+        launch: client.launch?.id,
         method: "CONNECT",
         host: where,
         status: outcome === undefined ? 200 : outcome.status,

@@ -18,6 +18,7 @@ import type { BrokerMetrics } from "../../metrics/broker-metrics.js";
 import { isMetricsRequest, type MetricsEndpoint } from "../../metrics/endpoint.js";
 import { isLoopbackHost } from "../../rules/address.js";
 import type { Rules } from "../../rules/types.js";
+import type { Launches } from "../launches.js";
 import type { Runtime } from "../runtime.js";
 import type { Upgrade } from "../websocket.js";
 import { answerClientErrors, sendError } from "./client-errors.js";
@@ -48,6 +49,8 @@ export interface ListenerParts {
   readonly rules: Rules;
   /** The current runtime (it changes on reload). */
   readonly runtime: () => Runtime;
+  /** `run --isolate` launches: clients of their own (decision 114). */
+  readonly launches: Launches;
   readonly log: Logger;
   readonly minter: LeafMinter;
   readonly metrics: BrokerMetrics;
@@ -90,6 +93,7 @@ export class Listener {
       get rt() {
         return p.runtime();
       },
+      launches: p.launches,
       log: p.log,
       minter: p.minter,
       inner: this.#inner,
@@ -113,6 +117,11 @@ export class Listener {
       this.#sockets.add(socket);
       socket.once("close", () => this.#sockets.delete(socket));
     });
+  }
+
+  /** Serves a connection accepted elsewhere: an isolated launch's listener (decision 115). */
+  acceptConnection(socket: Socket): void {
+    this.#outer.emit("connection", socket);
   }
 
   async listen(port: number, host: string): Promise<AddressInfo> {
@@ -143,7 +152,7 @@ export class Listener {
 
   #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
     try {
-      void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), req));
+      void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), this.#p.launches, req));
     } catch (err) {
       sendError(res, asBrokerError(err, this.#p.log));
     }
@@ -181,7 +190,7 @@ export class Listener {
         res.end(body);
         return;
       }
-      void p.handle(req, res, outerTarget(rt, req, p.log));
+      void p.handle(req, res, outerTarget(rt, p.launches, req, p.log));
     } catch (err) {
       sendError(res, asBrokerError(err, p.log));
     }
@@ -219,7 +228,9 @@ export class Listener {
     try {
       const rt = p.runtime();
       if (!intercepted && (req.url ?? "/").startsWith("/")) assertLocalCaller(req, rt.rules.listen.host);
-      const target = intercepted ? interceptedTarget(rt, req) : outerTarget(rt, req, p.log);
+      const target = intercepted
+        ? interceptedTarget(rt, p.launches, req)
+        : outerTarget(rt, p.launches, req, p.log);
       void p.handle(req, res, target, { socket, head, res });
     } catch (err) {
       sendError(res, asBrokerError(err, p.log));

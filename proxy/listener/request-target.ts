@@ -8,6 +8,7 @@ import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { normalizeHost } from "../../rules/host-pattern.js";
 import type { Mode } from "../exchange.js";
+import type { Launches } from "../launches.js";
 import type { ClientState, ProviderState, Runtime } from "../runtime.js";
 import { authenticate } from "./client-auth.js";
 import { connectInfo } from "./engine.js";
@@ -67,9 +68,14 @@ export function interceptedPath(url: string, host: string, port: number): string
 }
 
 /** Where an intercepted request goes: the host and port its CONNECT named. */
-export function interceptedTarget(rt: Runtime, req: IncomingMessage): Target {
+export function interceptedTarget(rt: Runtime, launches: Launches, req: IncomingMessage): Target {
   const info = connectInfo(req.socket);
-  const client = info === undefined ? undefined : rt.clients.get(info.client);
+  const client =
+    info === undefined
+      ? undefined
+      : info.launch === undefined
+        ? rt.clients.get(info.client)
+        : launches.state(rt, info.launch);
   if (info === undefined || client === undefined) {
     throw new BrokerError("client_unauthorized", "the client of this connection is no longer configured");
   }
@@ -87,7 +93,7 @@ export function interceptedTarget(rt: Runtime, req: IncomingMessage): Target {
 }
 
 /** Where a request to the listener itself goes: a reverse mount, or a plain-HTTP proxy target. */
-export function outerTarget(rt: Runtime, req: IncomingMessage, log: Logger): Target {
+export function outerTarget(rt: Runtime, launches: Launches, req: IncomingMessage, log: Logger): Target {
   assertHostHeader(req);
   const url = req.url ?? "/";
   if (url.startsWith("/")) {
@@ -97,7 +103,7 @@ export function outerTarget(rt: Runtime, req: IncomingMessage, log: Logger): Tar
         hint: "reverse mode paths look like /p/<provider>/<path>; see keybroker env",
       });
     }
-    const client = authenticate(rt, req.headers["proxy-authorization"], log);
+    const client = authenticate(rt, launches, req.headers["proxy-authorization"], log);
     const upstream = new URL(mounted.provider.rule.upstream!);
     const after = url.slice(mounted.provider.rule.mount!.length);
     const rest = after.startsWith("/") ? after : "/" + after;
@@ -134,7 +140,7 @@ export function outerTarget(rt: Runtime, req: IncomingMessage, log: Logger): Tar
   }
   return {
     mode: "plain",
-    client: authenticate(rt, req.headers["proxy-authorization"], log),
+    client: authenticate(rt, launches, req.headers["proxy-authorization"], log),
     host,
     port: Number(target.port) || 80,
     scheme: "http",

@@ -58,6 +58,7 @@ export class Recorder {
     audit.record({
       decision,
       client: x.client.rule.name,
+      launch: x.client.launch?.id,
       provider: x.provider?.rule.id,
       credential: x.secret?.id,
       fingerprint: x.secret?.fingerprint,
@@ -81,6 +82,7 @@ export class Recorder {
     this.#p.audit?.record({
       decision: e.decision === "fallback" ? "retried" : e.decision,
       client: x.client.rule.name,
+      launch: x.client.launch?.id,
       provider: e.provider,
       credential: e.credential,
       method: x.method,
