@@ -39,6 +39,6 @@ export function logAccess(
       bytesOut: result?.bytesOut,
       ms,
     },
-    `${x.req.method ?? "GET"} ${host}${path} ${status}`,
+    `${x.method} ${host}${path} ${status}`,
   );
 }

@@ -1,5 +1,10 @@
-// One request's state as it moves through the pipeline.
-import type { IncomingMessage, ServerResponse } from "node:http";
+// One request's state as it moves through the pipeline. The pipeline reads the request and
+// answers it through two small interfaces, not node's HTTP/1.1 classes: node's IncomingMessage
+// and ServerResponse satisfy them as they are (listener/http1-exchange.ts builds the exchange,
+// no wrapper object per request), and so do HTTP/2's compatibility request and response, so an
+// HTTP/2 stream can run through the same list. A WebSocket upgrade is HTTP/1.1's own: it goes
+// through the request stages, then forwardUpgrade takes the raw socket (websocket.ts).
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
 import type { Readable } from "node:stream";
 import type { BrokerError } from "../core/errors.js";
 import type { PolicyRule } from "../rules/types.js";
@@ -23,9 +28,32 @@ export interface Sites {
   query: boolean;
 }
 
+/** The request as the stages read it: its header fields, and its body as a stream. */
+export interface ExchangeRequest extends Readable {
+  readonly headers: IncomingHttpHeaders;
+}
+
+/** How the pipeline answers: a head (status, reason, fields), then a body with backpressure. */
+export interface ExchangeResponse {
+  readonly headersSent: boolean;
+  readonly destroyed: boolean;
+  readonly writableFinished: boolean;
+  writeHead(status: number, reason: string, headers?: OutgoingHttpHeaders): unknown;
+  writeHead(status: number, headers?: OutgoingHttpHeaders): unknown;
+  /** Sends the head now (an event stream's), not with the first body bytes. */
+  flushHeaders(): void;
+  /** False asks the writer to wait for "drain". */
+  write(chunk: Buffer): boolean;
+  end(chunk?: Buffer | string): unknown;
+  destroy(err?: Error): unknown;
+  /** "close" (the client went away or the answer ended), "drain", "finish". */
+  once(event: "close" | "drain" | "finish", listener: () => void): unknown;
+  off(event: "close", listener: () => void): unknown;
+}
+
 export interface Exchange {
-  readonly req: IncomingMessage;
-  readonly res: ServerResponse;
+  readonly req: ExchangeRequest;
+  readonly res: ExchangeResponse;
   /** The request's method, as the client sent it. */
   readonly method: string;
   readonly mode: Mode;

@@ -237,7 +237,7 @@ export function forward(
         {
           origin: originOf(x),
           path: x.path,
-          method: (req.method ?? "GET") as Dispatcher.HttpMethod,
+          method: x.method as Dispatcher.HttpMethod,
           headers: x.headers,
           body,
           headersTimeout: timeout,

@@ -7,9 +7,10 @@
 //   - a compressed body is decompressed first (gzip, deflate, br, also layered) and sent
 //     uncompressed; a coding keybroker cannot undo is refused with 502, never passed unread.
 // Without a credential the response passes through untouched.
-import type { IncomingHttpHeaders, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders } from "node:http";
 import { BrokerError } from "../core/errors.js";
 import { contentCodings, decoderChain, decodeWhole } from "./content-coding.js";
+import type { ExchangeResponse } from "./exchange.js";
 import { forwardableResponseHeaders } from "./headers.js";
 import { ResponseScrubber, type ScrubPatterns, scrubHeaders, scrubText } from "./scrub-stream.js";
 
@@ -44,7 +45,7 @@ export interface BodySink {
 
 /** Writes the response head and returns where its body goes. */
 export function startResponse(
-  res: ServerResponse,
+  res: ExchangeResponse,
   status: number,
   statusMessage: string,
   upstreamHeaders: IncomingHttpHeaders,
@@ -137,7 +138,7 @@ export function startResponse(
 
 /** Sends a response that was held back whole (an error answer), scrubbed. */
 export function sendWhole(
-  res: ServerResponse,
+  res: ExchangeResponse,
   status: number,
   statusMessage: string,
   upstreamHeaders: IncomingHttpHeaders,

@@ -1,6 +1,6 @@
 // The broker's working view of one rule set: providers by host, placeholders, clients, and
 // which providers are active. Built once per load or reload; the request path only reads it.
-import type { IncomingMessage } from "node:http";
+import type { IncomingHttpHeaders } from "node:http";
 import { sameToken } from "../core/same-token.js";
 import { hostMatches, hostPatternKey } from "../rules/host-pattern.js";
 import type { ClientRule, HostPattern, ProviderRule, Rules } from "../rules/types.js";
@@ -15,7 +15,8 @@ import { ScrubPatterns } from "./scrub-stream.js";
 
 /** What a service-account signer reads and sets on a request; an Exchange is one. */
 export interface AuthTarget {
-  readonly req: IncomingMessage;
+  readonly method: string;
+  readonly req: { readonly headers: IncomingHttpHeaders };
   readonly host: string;
   readonly port: number;
   readonly path: string;

@@ -90,7 +90,7 @@ export function createUpstreamAuth(
       const { signSigV4 } = await import("../secrets/aws-sigv4.js");
       const signed = await signSigV4(
         {
-          method: x.req.method ?? "GET",
+          method: x.method,
           host: x.host,
           port: x.port,
           path: x.path,

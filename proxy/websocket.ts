@@ -105,7 +105,7 @@ export async function forwardUpgrade(
         {
           origin: originOf(x),
           path: x.path,
-          method: (x.req.method ?? "GET") as Dispatcher.HttpMethod,
+          method: x.method as Dispatcher.HttpMethod,
           headers: x.headers,
           upgrade: protocol,
           headersTimeout: upstreamTimeoutMs(x),

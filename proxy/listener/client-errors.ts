@@ -5,6 +5,7 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { BrokerError, errorResponse } from "../../core/errors.js";
+import type { ExchangeResponse } from "../exchange.js";
 import { handshakeDone } from "./engine.js";
 
 /** How long a refused client has to read the answer before its connection is cut. */
@@ -121,7 +122,7 @@ export function answerClientErrors(server: Server, opts: { connectInside?: boole
 }
 
 /** Answers `err` as SPEC §11's JSON; a response already under way is cut off instead. */
-export function sendError(res: ServerResponse, err: BrokerError): void {
+export function sendError(res: ExchangeResponse, err: BrokerError): void {
   if (res.headersSent) {
     res.destroy();
     return;

@@ -29,7 +29,7 @@ export function firstPolicyMatch(
   rules: readonly PolicyRule[],
   target: string,
 ): { rule: PolicyRule; index: number; method: string; path: string } | undefined {
-  const method = (x.req.method ?? "GET").toUpperCase();
+  const method = x.method.toUpperCase();
   const q = target.indexOf("?");
   const path = q === -1 ? target : target.slice(0, q);
   for (let index = 0; index < rules.length; index++) {

@@ -9,7 +9,7 @@ const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 export function checkRole(x: Exchange): void {
   if (x.client.rule.role !== "guest" || x.provider === undefined) return;
-  const method = (x.req.method ?? "GET").toUpperCase();
+  const method = x.method.toUpperCase();
   const upgrade = x.req.headers.upgrade;
   if (SAFE_METHODS.has(method) && upgrade === undefined) return;
   const name = x.client.rule.name;

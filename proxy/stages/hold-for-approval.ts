@@ -35,7 +35,7 @@ export function describeRequest(x: Exchange, rule: PolicyRule): ApprovalRequest 
   return {
     client: x.client.rule.name,
     provider: provider.id,
-    method: (x.req.method ?? "GET").toUpperCase(),
+    method: x.method.toUpperCase(),
     host: x.port === defaultPort ? x.host : `${x.host}:${x.port}`,
     path: knownSecrets.scrub(query === undefined ? x.path : stripQuery(x.path, [query])),
     rule: ruleIdentity(rule),
