@@ -11,3 +11,8 @@ export function approveCommand(home: string, id: string, verb: "approve" | "deny
   const flag = home === homePath(undefined, {}) ? "" : ` --home ${shellQuote(home)}`;
   return `keybroker ${verb} ${id}${flag}`;
 }
+
+/** `keybroker auth add <provider>`, with --label for a login other than the default one. */
+export function authAddCommand(provider: string, id: string | undefined): string {
+  return `keybroker auth add ${provider}${id === undefined || id === "default" ? "" : ` --label ${id}`}`;
+}

@@ -18,6 +18,7 @@ import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
+import { authAddCommand } from "../cli/hints.js";
 import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
@@ -44,7 +45,6 @@ import { HEALTH_PATH, Listener } from "./listener/listener.js";
 import type { Target } from "./listener/request-target.js";
 import { Pipeline } from "./pipeline.js";
 import { Runtime } from "./runtime.js";
-import { labelFlag } from "./stages/pick-credential.js";
 import { Recorder } from "./stages/record.js";
 import { providerStatuses } from "./status.js";
 import { createUpstreamAgent } from "./upstream.js";
@@ -297,7 +297,7 @@ export class Broker implements AdminHost {
           ...(detail === undefined ? {} : { reason: detail }),
         });
         if (decision === "reauth_required") {
-          const hint = `keybroker auth add ${login.provider}${labelFlag(login.id)}`;
+          const hint = authAddCommand(login.provider, login.id);
           this.metrics.loginNeedsReauth(login.provider);
           this.log.warn(
             { provider: login.provider, credential: login.id },

@@ -55,12 +55,13 @@ export class FallBack {
     this.#log = log;
     this.#onEvent = onEvent;
     this.#plan = createPlanInjection(log);
-    this.stage = async (x): Promise<Verdict> => {
+    const fallBack = async (x: Exchange): Promise<Verdict> => {
       const exhausted = x.exhausted!;
       x.exhausted = undefined;
       if (await this.#fallBack(x, x.provider!.rule.id)) return RESEND;
       throw exhausted;
     };
+    this.stage = fallBack;
   }
 
   /** A request that finds its pool exhausted before it was sent: fall back, or refuse. */

@@ -129,7 +129,7 @@ function readBounded(x: Exchange, limit: number, place: Place | undefined): Prom
   });
 }
 
-async function holdForApproval(x: Exchange, approvals: Approvals): Promise<void> {
+async function holdRequest(x: Exchange, approvals: Approvals): Promise<void> {
   const match = x.approval!;
   const request = describeRequest(x, match.rule);
   if (await approvals.covered(request)) return;
@@ -201,8 +201,8 @@ async function holdIn(
 }
 
 export function createHoldForApproval(approvals: Approvals): (x: Exchange) => void | Promise<void> {
-  return (x) => {
+  return function holdForApproval(x) {
     if (x.approval === undefined) return;
-    return holdForApproval(x, approvals);
+    return holdRequest(x, approvals);
   };
 }

@@ -15,7 +15,7 @@ interface Ring {
 
 export function createLimitClientRate(): (x: Exchange) => void {
   const rings = new Map<string, Ring>();
-  return (x) => {
+  return function limitClientRate(x) {
     const rpm = x.client.rule.rpm;
     if (rpm === undefined) return;
     const name = x.client.rule.name;

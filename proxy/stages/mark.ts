@@ -50,7 +50,7 @@ export function bookkeep(x: Exchange, held: HeldResponse, log: Logger, onEvent: 
  * another credential (or a fallback) to go to; otherwise the client gets the answer.
  */
 export function createMark(log: Logger, onEvent: OnPoolEvent): ResponseStage {
-  return async (x) => {
+  return async function mark(x) {
     const marked = bookkeep(x, x.result!.held!, log, onEvent);
     // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.
     if (marked) await x.pools.durable();

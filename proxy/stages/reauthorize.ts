@@ -10,7 +10,7 @@ import { ANSWER, NEXT, RESEND, type ResponseStage, runStages, type Stage } from 
  * provider has no pool: whatever else it answers goes to the client as it is.
  */
 export function createReauthorizeServiceAccount(log: Logger): ResponseStage {
-  return async (x) => {
+  return async function reauthorizeServiceAccount(x) {
     const auth = x.provider?.rule.auth === undefined ? undefined : x.rt.upstreamAuth.get(x.provider.rule.id);
     if (auth === undefined) return NEXT;
     const held = x.result!.held!;
@@ -33,7 +33,7 @@ export function createReauthorizeServiceAccount(log: Logger): ResponseStage {
  * login has a token other than the refused one.
  */
 export function createRefreshOn401(attempt: readonly Stage[], log: Logger): ResponseStage {
-  return async (x) => {
+  return async function refreshOn401(x) {
     if (x.reauthorized || x.result!.held!.status !== 401 || !(await refreshRefused(x, log))) return NEXT;
     x.reauthorized = true;
     await runStages(attempt, x);

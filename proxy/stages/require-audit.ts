@@ -4,7 +4,7 @@ import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";
 
 export function createRequireAudit(auditWritable: () => boolean): (x: Exchange) => void {
-  return (x) => {
+  return function requireAudit(x) {
     if (x.provider === undefined || !x.rt.rules.audit.require || auditWritable()) return;
     throw new BrokerError(
       "audit_unavailable",

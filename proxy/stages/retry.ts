@@ -6,7 +6,7 @@ import type { OnPoolEvent } from "./mark.js";
 import { NEXT, RESEND, type ResponseStage, runStages, type Stage } from "./stage.js";
 
 export function createRetryNextCredential(attempt: readonly Stage[], onEvent: OnPoolEvent): ResponseStage {
-  return async (x) => {
+  return async function retryNextCredential(x) {
     const from = x.provider!.rule.id;
     const previous = x.secret!.id;
     try {
