@@ -151,6 +151,25 @@ export type LoginTicket =
   | { readonly ok: false; readonly why: "locked" | "busy" | "crowded"; readonly waitSeconds: number };
 
 /**
+ * The address failed logins are counted under: every loopback address is one (any local process
+ * can bind any of 127.0.0.0/8, so counting them apart would give it millions of tries), and an
+ * IPv6 address counts by its /64, which one host usually holds whole.
+ */
+export function limitKey(address: string): string {
+  const a = address.startsWith("::ffff:") ? address.slice(7) : address;
+  if (a === "::1" || a.startsWith("127.")) return "loopback";
+  if (!a.includes(":")) return a;
+  const [left = "", right] = a.split("%")[0]!.split("::");
+  const head = left === "" ? [] : left.split(":");
+  const tail = right === undefined || right === "" ? [] : right.split(":");
+  const groups = [...head, ...Array(Math.max(0, 8 - head.length - tail.length)).fill("0"), ...tail];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(":")}::/64`;
+}
+
+/**
  * Password checks per address (decision 105): at most `max` failures in `windowMs`, counted when
  * a check starts (so parallel guesses count) and kept unless that very check succeeds: a success
  * takes back only its own count, never the failures of others at the same address (on loopback
@@ -177,7 +196,8 @@ export class LoginLimiter {
     return this.#running;
   }
 
-  begin(address: string): LoginTicket {
+  begin(from: string): LoginTicket {
+    const address = limitKey(from);
     const now = Date.now();
     const recent = (this.#fails.get(address) ?? []).filter((t) => now - t < this.#windowMs);
     if (recent.length >= this.#max) {
@@ -186,7 +206,8 @@ export class LoginLimiter {
     }
     if (this.#busy.has(address)) return { ok: false, why: "busy", waitSeconds: 1 };
     if (this.#running >= this.#maxRunning) return { ok: false, why: "crowded", waitSeconds: 1 };
-    if (this.#fails.size > 10_000) this.#fails.clear();
+    // Bounded: the oldest address makes room (a clear would hand every locked address a new start).
+    if (this.#fails.size > 10_000) this.#fails.delete(this.#fails.keys().next().value!);
     recent.push(now);
     this.#fails.set(address, recent);
     this.#busy.add(address);

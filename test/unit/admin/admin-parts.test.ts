@@ -7,6 +7,7 @@ import {
   IDLE_MS,
   LINK_MS,
   LoginLimiter,
+  limitKey,
   MemorySessionStore,
   Sessions,
   sessionKey,
@@ -144,5 +145,20 @@ describe("usage", () => {
     // A day later the first hour is gone; after 25 h nothing is left.
     expect(u.rows(t0 + 24 * HOUR_MS)[0]).toMatchObject({ client: "agent", requests: 2 });
     expect(u.rows(t0 + 25 * HOUR_MS)).toEqual([]);
+  });
+
+  it("counts every loopback address as one, and IPv6 by its /64 (found in review)", () => {
+    for (const a of ["127.0.0.1", "127.9.9.9", "127.255.0.3", "::1", "::ffff:127.0.0.2"])
+      expect(limitKey(a)).toBe("loopback");
+    expect(limitKey("10.0.0.1")).toBe("10.0.0.1");
+    expect(limitKey("::ffff:10.0.0.1")).toBe("10.0.0.1");
+    expect(limitKey("2001:db8::1")).toBe(limitKey("2001:db8:0:0:ffff::2"));
+    expect(limitKey("2001:db8:0:1::1")).not.toBe(limitKey("2001:db8::1"));
+    const limiter = new LoginLimiter(3, 60_000);
+    for (const from of ["127.0.0.2", "127.0.0.3", "127.0.0.4"]) {
+      const t = limiter.begin(from);
+      if (t.ok) t.done(false);
+    }
+    expect(limiter.begin("127.0.0.5")).toMatchObject({ ok: false, why: "locked" });
   });
 });
