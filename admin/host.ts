@@ -4,10 +4,10 @@
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import type { Approvals } from "../proxy/approvals.js";
 import type { Runtime } from "../proxy/runtime.js";
-import type { SharedState } from "../secrets/fleet/shared-state.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import type { PoolState } from "../secrets/pool.js";
+import type { SharedState } from "../state/shared-state.js";
 
 export interface AdminHost {
   readonly home: string;

@@ -1,10 +1,10 @@
 // What `keybroker status` shows: each provider's credentials with id, source, fingerprint,
 // state and reset time. Built from a runtime and the pool state; never holds a value.
 import type { AuditHealth } from "../audit/audit-log.js";
-import type { StateHealth } from "../secrets/fleet/shared-state.js";
-import type { StoredLogin } from "../secrets/oauth/login.js";
 import type { CredentialState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
+import type { StateHealth } from "../state/shared-state.js";
+import type { StoredLogin } from "../state/tokens/login.js";
 import type { Runtime } from "./runtime.js";
 
 export interface CredentialStatus {

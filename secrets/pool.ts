@@ -12,10 +12,10 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ensurePrivateDir } from "../core/fs.js";
 import type { PoolStrategy } from "../rules/types.js";
-import { mergeMark, type SharedMark } from "./marks.js";
-import { type PoolData, PoolFile, STATE_VERSION } from "./pool-file.js";
+import { type PoolData, PoolFile, STATE_VERSION } from "../state/marks/home.js";
+import { mergeMark, type SharedMark } from "../state/marks/merge.js";
 
-export type { SharedMark } from "./marks.js";
+export type { SharedMark } from "../state/marks/merge.js";
 
 export type CredentialStateName = "ok" | "usage_limit_reached" | "invalid";
 

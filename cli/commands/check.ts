@@ -6,8 +6,6 @@ import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
-import { describeLogin, type LoginSummary } from "../../secrets/oauth/login.js";
-import { readLogins } from "../../secrets/oauth/token-store.js";
 import {
   type Attempt,
   describeAttempt,
@@ -16,6 +14,8 @@ import {
   type SecretResolver,
 } from "../../secrets/resolver.js";
 import { createSecretResolver, dotenvCandidates, type SourceContext } from "../../secrets/sources.js";
+import { readLogins } from "../../state/tokens/home.js";
+import { describeLogin, type LoginSummary } from "../../state/tokens/login.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext } from "../context.js";

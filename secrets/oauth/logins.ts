@@ -2,9 +2,9 @@
 // lock, no network per request). Kept current by watching the store, so a login added,
 // replaced or removed by `auth add`/`auth remove` or another broker is used at once.
 import { knownSecrets } from "../../audit/scrub.js";
+import type { TokenStore } from "../../state/tokens/home.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import { Secret } from "../secret.js";
-import type { StoredLogin } from "./login.js";
-import type { TokenStore } from "./token-store.js";
 
 export interface LoginEntry {
   readonly login: StoredLogin;

@@ -19,9 +19,9 @@ import {
   Approvals,
   type ApprovalView,
 } from "../../proxy/approvals.js";
-import { RedisApprovalStore } from "../../secrets/fleet/redis-approvals.js";
-import type { RedisState } from "../../secrets/fleet/redis-state.js";
-import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
+import { RedisApprovalStore } from "../../state/approvals/redis.js";
+import { TokenCipher } from "../../state/redis/cipher.js";
+import type { RedisState } from "../../state/redis/state.js";
 import {
   type BrokerProcess,
   cliAsync,

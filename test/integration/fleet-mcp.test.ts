@@ -18,8 +18,8 @@ import { adminTokenPath } from "../../admin/api.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { homeKey } from "../../core/home.js";
 import type { StatusReport } from "../../proxy/status.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
-import type { McpBinding } from "../../secrets/oauth/mcp-store.js";
+import type { McpBinding } from "../../state/mcp/home.js";
+import { RedisState } from "../../state/redis/state.js";
 import {
   type BrokerProcess,
   cliAsync,

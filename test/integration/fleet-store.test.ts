@@ -7,11 +7,11 @@ import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UserError } from "../../core/errors.js";
-import { SealedMarks } from "../../secrets/fleet/redis-marks.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
-import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
-import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { PoolState } from "../../secrets/pool.js";
+import { SealedMarks } from "../../state/marks/sealed.js";
+import { TokenCipher } from "../../state/redis/cipher.js";
+import { RedisState } from "../../state/redis/state.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
 
 const PASSWORD = `pw-${randomBytes(8).toString("hex")}`;

@@ -30,8 +30,8 @@ import {
   grantIn,
   type HeldRequest,
 } from "../../proxy/approvals.js";
-import type { FleetMessage } from "./redis-keys.js";
-import type { TokenCipher } from "./token-cipher.js";
+import type { TokenCipher } from "../redis/cipher.js";
+import type { FleetMessage } from "../redis/keys.js";
 
 /** A pending key outlives its request by this much, so the holder's own timeout still finds it. */
 const GRACE_MS = 10_000;

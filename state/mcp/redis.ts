@@ -11,11 +11,11 @@
 // that restarted empty gets back the binding and registration of every MCP login a broker
 // holds, with the login, not the login alone.
 import type { Redis } from "ioredis";
-import type { StoredLogin } from "../oauth/login.js";
-import type { McpBinding, McpRegistration, McpStore } from "../oauth/mcp-store.js";
-import { fieldOf } from "./redis-keys.js";
-import { fromRedis } from "./redis-token-store.js";
-import type { TokenCipher } from "./token-cipher.js";
+import type { TokenCipher } from "../redis/cipher.js";
+import { fieldOf } from "../redis/keys.js";
+import type { StoredLogin } from "../tokens/login.js";
+import { fromRedis } from "../tokens/redis.js";
+import type { McpBinding, McpRegistration, McpStore } from "./home.js";
 
 export class RedisMcpStore implements McpStore {
   readonly #redis: Redis;

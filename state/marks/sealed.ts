@@ -11,8 +11,8 @@
 // per distinct value (not once per read: the hash is read again on every reconnect); bad
 // messages at most once a minute of each kind (each is read once, but a writer can send many).
 import { createHash } from "node:crypto";
-import { readMark, type SharedMark } from "../marks.js";
-import type { TokenCipher } from "./token-cipher.js";
+import type { TokenCipher } from "../redis/cipher.js";
+import { readMark, type SharedMark } from "./merge.js";
 
 /** A message sent longer ago than this (or this far ahead, a skewed clock) is dropped. */
 const MESSAGE_MAX_AGE_MS = 60_000;

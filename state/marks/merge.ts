@@ -6,7 +6,7 @@
 // a broker's in-memory marks (PoolState) current with the others' and writes this broker's
 // marks out; both combine two marks with `mergeMark` only, so "marks only ever extend" is one
 // function wherever a mark meets another.
-import type { PoolState } from "./pool.js";
+import type { PoolState } from "../../secrets/pool.js";
 
 /** A mark as the brokers of a fleet share it (SPEC §17): no counters, no local pins. */
 export interface SharedMark {

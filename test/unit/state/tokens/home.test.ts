@@ -2,8 +2,8 @@ import { mkdtempSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import type { StoredLogin } from "../../../../secrets/oauth/login.js";
-import { FileTokenStore, LockTimeoutError } from "../../../../secrets/oauth/token-store.js";
+import { FileTokenStore, LockTimeoutError } from "../../../../state/tokens/home.js";
+import type { StoredLogin } from "../../../../state/tokens/login.js";
 
 function login(over: Partial<StoredLogin> = {}): StoredLogin {
   return {

@@ -9,8 +9,8 @@ import { existsSync, type FSWatcher, readFileSync, renameSync, type Stats, watch
 import { readFile, stat } from "node:fs/promises";
 import { dirname } from "node:path";
 import lockfile from "proper-lockfile";
-import { writeFileAtomic, writeFileDurable } from "../core/fs.js";
-import type { CredentialState } from "./pool.js";
+import { writeFileAtomic, writeFileDurable } from "../../core/fs.js";
+import type { CredentialState } from "../../secrets/pool.js";
 
 export const STATE_VERSION = 1;
 /** How often the file is checked for a change that fs.watch did not report. */

@@ -7,7 +7,7 @@ import { type ConnectionOptions, connect, createServer } from "node:tls";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadOrCreateCa } from "../../../../certs/ca.js";
 import { LeafMinter } from "../../../../certs/leaf.js";
-import { redisErrorText, redisTls } from "../../../../secrets/fleet/redis-tls.js";
+import { redisErrorText, redisTls } from "../../../../state/redis/tls.js";
 import { tempHome } from "../../../helpers/broker.js";
 
 const ca = loadOrCreateCa(tempHome());

@@ -5,14 +5,14 @@
 // broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
 // Admin sessions and pending approvals are further small stores on the same client (absent: in
 // the broker's memory).
-import type { SessionStore } from "../../admin/sessions.js";
-import type { ApprovalStore } from "../../proxy/approvals.js";
-import type { Rules } from "../../rules/types.js";
-import type { MarkStore } from "../marks.js";
-import type { StoredLogin } from "../oauth/login.js";
-import { HomeMcpStore, type McpStore } from "../oauth/mcp-store.js";
-import { FileTokenStore, type TokenStore } from "../oauth/token-store.js";
-import type { PoolState } from "../pool.js";
+import type { SessionStore } from "../admin/sessions.js";
+import type { ApprovalStore } from "../proxy/approvals.js";
+import type { Rules } from "../rules/types.js";
+import type { PoolState } from "../secrets/pool.js";
+import type { MarkStore } from "./marks/merge.js";
+import { HomeMcpStore, type McpStore } from "./mcp/home.js";
+import { FileTokenStore, type TokenStore } from "./tokens/home.js";
+import type { StoredLogin } from "./tokens/login.js";
 
 /** What `status` says about the shared state. */
 export interface StateHealth {
@@ -91,6 +91,6 @@ export interface SharedStateOptions {
 /** The rule file's `state:`: the home, or a connection to the fleet's Redis. */
 export async function openSharedState(rules: Rules, opts: SharedStateOptions): Promise<SharedState> {
   if (rules.state === undefined) return new HomeState(opts.home);
-  const { RedisState } = await import("./redis-state.js");
+  const { RedisState } = await import("./redis/state.js");
   return RedisState.open(rules.state, opts);
 }

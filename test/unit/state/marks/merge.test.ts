@@ -4,8 +4,8 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { mergeMark, readMark, type SharedMark } from "../../../secrets/marks.js";
-import { PoolState } from "../../../secrets/pool.js";
+import { PoolState } from "../../../../secrets/pool.js";
+import { mergeMark, readMark, type SharedMark } from "../../../../state/marks/merge.js";
 
 const NOW = 1_800_000_000_000;
 const usage = (until: number, reason = "HTTP 429"): SharedMark => ({

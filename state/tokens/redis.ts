@@ -10,11 +10,11 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
-import { parseLogin, type StoredLogin, serializeLogin } from "../oauth/login.js";
-import { type LockOptions, LockTimeoutError, type TokenStore } from "../oauth/token-store.js";
-import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./redis-keys.js";
-import { redisErrorText } from "./redis-tls.js";
-import type { TokenCipher } from "./token-cipher.js";
+import type { TokenCipher } from "../redis/cipher.js";
+import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "../redis/keys.js";
+import { redisErrorText } from "../redis/tls.js";
+import { type LockOptions, LockTimeoutError, type TokenStore } from "./home.js";
+import { parseLogin, type StoredLogin, serializeLogin } from "./login.js";
 
 /**
  * Writes a login. KEYS: logins hash, lock key. ARGV: field, value, mode (`put`, `fenced`,
