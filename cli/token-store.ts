@@ -3,9 +3,9 @@
 // any machine serves every broker.
 import { homeKey } from "../core/home.js";
 import type { Rules } from "../rules/types.js";
-import type { McpStore } from "../state/mcp/home.js";
+import type { McpStore } from "../state/mcp/store.js";
 import { openSharedState, type SharedStateOptions } from "../state/shared-state.js";
-import type { TokenStore } from "../state/tokens/home.js";
+import type { TokenStore } from "../state/tokens/store.js";
 import { type Context, localResolver } from "./context.js";
 
 export async function openTokenStore(

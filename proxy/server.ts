@@ -14,7 +14,6 @@ import { answerTlsOnSamePort } from "../admin/tls.js";
 import { Usage } from "../admin/usage.js";
 import type { AuditDecision, AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
-import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
@@ -23,6 +22,7 @@ import { BrokerError, errorResponse, internalError } from "../core/errors.js";
 import { homeKey, homePath } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
+import { knownSecrets } from "../core/scrub.js";
 import { releaseHeap } from "../core/v8-tuning.js";
 import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
@@ -32,7 +32,6 @@ import { normalizeHost } from "../rules/host-pattern.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
-import { allowsPrivate } from "../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
 import { PoolState } from "../secrets/pool.js";
@@ -56,6 +55,7 @@ import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
 import type { ForwardResult } from "./forward.js";
 import { forwardableRequestHeaders, setHeader } from "./headers.js";
+import { allowsPrivate } from "./oauth-agent.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { assertHostHeader, interceptedPath } from "./request-target.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
@@ -204,7 +204,7 @@ export class Broker implements AdminHost {
     this.#setUpAuth(rt);
     this.approvals = new Approvals({
       onEvent: (e) => this.#onApprovalEvent(e),
-      ...(shared.approvals === undefined ? {} : { store: shared.approvals }),
+      store: shared.approvals,
     });
     this.#stages = requestStages(opts.log, () => this.#audit?.writable ?? true, this.approvals);
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));

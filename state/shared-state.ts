@@ -1,18 +1,19 @@
-// The state brokers may share (SPEC §17): pool marks, OAuth logins with their refresh lock, and
-// MCP logins' bindings and client registrations.
-// One small interface, two places: the home folder (one broker, or several on one machine:
-// `state/pools.json` and `tokens/`), or a fleet's Redis. The request path never calls it: each
-// broker keeps its own copy in memory (PoolState, OAuthLogins), which this layer keeps current.
-// Admin sessions and pending approvals are further small stores on the same client (absent: in
-// the broker's memory).
-import type { SessionStore } from "../admin/sessions.js";
-import type { ApprovalStore } from "../proxy/approvals.js";
-import type { Rules } from "../rules/types.js";
-import type { PoolState } from "../secrets/pool.js";
-import type { MarkStore } from "./marks/merge.js";
-import { HomeMcpStore, type McpStore } from "./mcp/home.js";
-import { FileTokenStore, type TokenStore } from "./tokens/home.js";
+// The state brokers may share (SPEC §17), one store per kind, each an interface beside its
+// implementations (marks/, tokens/, mcp/, sessions/, approvals/). `SharedState` is the set a
+// broker uses, chosen once from the rule file's `state:`: the home (home-state.ts: one broker,
+// or several on one machine) or a fleet's Redis (redis/state.ts). The request path never calls
+// a store: each broker keeps its own copy in memory (PoolState, OAuthLogins, the approvals'
+// grants), which the stores keep current.
+//
+// This folder imports only core/ and certs/ (the trust roots for rediss://), so every other
+// folder may use it (test/unit/architecture.test.ts).
+import type { ApprovalStore } from "./approvals/store.js";
+import type { MarkStore } from "./marks/store.js";
+import type { McpStore } from "./mcp/store.js";
+import type { RedisConfig } from "./redis/config.js";
+import type { SessionStore } from "./sessions/store.js";
 import type { StoredLogin } from "./tokens/login.js";
+import type { TokenStore } from "./tokens/store.js";
 
 /** What `status` says about the shared state. */
 export interface StateHealth {
@@ -25,55 +26,23 @@ export interface StateHealth {
   readonly error?: string;
 }
 
+/** The stores of one broker. `attachPools` is its mark store's (`marks`). */
 export interface SharedState extends MarkStore {
+  readonly marks: MarkStore;
+  /** OAuth logins and their refresh lock. */
   readonly tokens: TokenStore;
   /** MCP logins' bindings and client registrations: read by `auth` commands and at refresh only. */
   readonly mcp: McpStore;
-  /** Where admin page sessions live when brokers share them; undefined: this broker's memory. */
-  readonly sessions?: SessionStore;
-  /** Where held requests wait (SPEC §16); unset: this broker's memory. */
-  readonly approvals?: ApprovalStore;
+  /** Admin page sessions. */
+  readonly sessions: SessionStore;
+  /** Held requests and `--for` grants (SPEC §16). */
+  readonly approvals: ApprovalStore;
   /** The logins the broker holds, to publish again to a store that lost them. */
   attachLogins(held: () => readonly StoredLogin[]): void;
   health(): StateHealth;
   /** Resolves once every change made so far has been sent to the store (or failed to be). */
   settled(): Promise<void>;
   close(): Promise<void>;
-}
-
-/** Today's behaviour: the home is the shared state of the brokers on one machine. */
-export class HomeState implements SharedState {
-  readonly tokens: TokenStore;
-  readonly mcp: McpStore;
-  #unfollow: (() => void) | undefined;
-
-  constructor(home: string) {
-    this.tokens = new FileTokenStore(home);
-    this.mcp = new HomeMcpStore(home);
-  }
-
-  /**
-   * PoolState writes state/pools.json itself, merging what others wrote (pool-file.ts); here it
-   * also follows their writes, so it sees their marks without making one (decision 112).
-   */
-  attachPools(pools: PoolState): void {
-    this.#unfollow?.();
-    this.#unfollow = pools.followHome();
-  }
-
-  attachLogins(): void {
-    // The token files are the logins.
-  }
-
-  health(): StateHealth {
-    return { store: "home" };
-  }
-
-  async settled(): Promise<void> {}
-
-  async close(): Promise<void> {
-    this.#unfollow?.();
-  }
 }
 
 export interface SharedStateOptions {
@@ -88,9 +57,15 @@ export interface SharedStateOptions {
   };
 }
 
-/** The rule file's `state:`: the home, or a connection to the fleet's Redis. */
-export async function openSharedState(rules: Rules, opts: SharedStateOptions): Promise<SharedState> {
-  if (rules.state === undefined) return new HomeState(opts.home);
+/** The rule file's `state:` (rules/types.ts `Rules`): the home, or a connection to the fleet's Redis. */
+export async function openSharedState(
+  rules: { readonly state?: RedisConfig | undefined },
+  opts: SharedStateOptions,
+): Promise<SharedState> {
+  if (rules.state === undefined) {
+    const { HomeState } = await import("./home-state.js");
+    return new HomeState(opts.home);
+  }
   const { RedisState } = await import("./redis/state.js");
   return RedisState.open(rules.state, opts);
 }

@@ -1,7 +1,8 @@
-import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
 import { homeKey } from "../../core/home.js";
+import { knownSecrets } from "../../core/scrub.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
+import { parseRef } from "../../rules/credential-ref.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
@@ -9,7 +10,6 @@ import { DotenvSource } from "../../secrets/dotenv-source.js";
 import {
   type Attempt,
   describeAttempt,
-  parseRef,
   type Resolution,
   type SecretResolver,
 } from "../../secrets/resolver.js";

@@ -6,7 +6,7 @@
 import type * as oauth from "oauth4webapi";
 import type { Dispatcher } from "undici";
 import type { ProviderRule } from "../../rules/types.js";
-import type { McpBinding, McpStore } from "../../state/mcp/home.js";
+import type { McpBinding, McpStore } from "../../state/mcp/store.js";
 import { cappedFetch } from "./capped-fetch.js";
 import { discoverMcp, scopesFor } from "./mcp-discovery.js";
 import { clientIdentity } from "./mcp-registration.js";

@@ -5,7 +5,7 @@
 // error that says what to configure.
 import * as oauth from "oauth4webapi";
 import type { McpSpec, OAuthSpec } from "../../rules/types.js";
-import type { McpBinding, McpRegistration, McpStore } from "../../state/mcp/home.js";
+import type { McpBinding, McpRegistration, McpStore } from "../../state/mcp/store.js";
 import { McpDiscoveryError } from "./mcp-discovery.js";
 
 export type Fetch = (url: string, init: RequestInit) => Promise<Response>;

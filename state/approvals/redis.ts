@@ -23,15 +23,10 @@
 // was sent, and one older than a minute is dropped. What does not open, or is not the shape it
 // must be, is skipped one by one: never thrown, never reported as a connection failure.
 import type { Redis } from "ioredis";
-import {
-  type Answer,
-  type ApprovalChange,
-  type ApprovalStore,
-  grantIn,
-  type HeldRequest,
-} from "../../proxy/approvals.js";
 import type { TokenCipher } from "../redis/cipher.js";
 import type { FleetMessage } from "../redis/keys.js";
+import { grantIn } from "./grants.js";
+import type { Answer, ApprovalChange, ApprovalStore, HeldRequest } from "./store.js";
 
 /** A pending key outlives its request by this much, so the holder's own timeout still finds it. */
 const GRACE_MS = 10_000;

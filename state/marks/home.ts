@@ -1,5 +1,7 @@
 // The home's mark store: `$KEYBROKER_HOME/state/pools.json`, shared by every broker (and CLI
-// command) using that home (decision 112). A write re-reads the file under a cross-process lock
+// command) using that home (decision 112). Each broker's pool writes the file itself (its marks
+// must be on disk before a retry or an answer, decision 37) through `PoolFile`; `HomeMarkStore`
+// is the other half, following what the other processes write. A write re-reads the file under a cross-process lock
 // (proper-lockfile, as the token store's refresh lock) and merges what another process wrote
 // before putting its own state over it, so no process resets another's mark. Reading needs no
 // lock: every write is a rename of a complete file. Another process's writes are seen through
@@ -7,23 +9,16 @@
 // (network file systems, some containers).
 import { existsSync, type FSWatcher, readFileSync, renameSync, type Stats, watch } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
-import { dirname } from "node:path";
+import { dirname, join } from "node:path";
 import lockfile from "proper-lockfile";
 import { writeFileAtomic, writeFileDurable } from "../../core/fs.js";
-import type { CredentialState } from "../../secrets/pool.js";
+import type { CredentialState, MarkHolder, MarkStore, PoolData } from "./store.js";
 
 export const STATE_VERSION = 1;
 /** How often the file is checked for a change that fs.watch did not report. */
 const POLL_MS = 1_000;
 /** A lock older than this belongs to a process that died holding it. */
 const LOCK_STALE_MS = 5_000;
-
-/** What pools.json holds: each credential's state, and when marks were last cleared. */
-export interface PoolData {
-  readonly providers: Record<string, Record<string, CredentialState>>;
-  /** provider → credential id (or `*`: all of them) → when its marks were cleared (epoch ms). */
-  readonly resets: Record<string, Record<string, number>>;
-}
 
 export class PoolFile {
   readonly path: string;
@@ -152,6 +147,33 @@ export class PoolFile {
     };
   }
 }
+
+/** The brokers on one home: another process's writes to pools.json reach this broker's pool. */
+export class HomeMarkStore implements MarkStore {
+  readonly #file: PoolFile;
+  #unfollow: (() => void) | undefined;
+
+  constructor(home: string) {
+    this.#file = new PoolFile(poolFilePath(home), () => {});
+  }
+
+  attachPools(pools: MarkHolder): void {
+    this.#unfollow?.();
+    this.#unfollow = this.#file.follow(() => {
+      void this.#file.read().then((data) => {
+        if (data !== undefined) pools.absorb(data);
+      });
+    });
+  }
+
+  close(): void {
+    this.#unfollow?.();
+    this.#unfollow = undefined;
+  }
+}
+
+/** Where a home keeps its pool state. */
+export const poolFilePath = (home: string) => join(home, "state", "pools.json");
 
 const statKey = (s: Stats) => `${s.ino}:${s.mtimeMs}:${s.size}`;
 

@@ -1,12 +1,6 @@
-// Pool marks as brokers share them (SPEC §7, §17): the one merge rule, the check a mark read
-// from elsewhere must pass, and the interface of the stores that hold them (decision 112).
-//
-// Two stores implement `MarkStore`: the home (`state/pools.json`, for the brokers on one
-// machine: secrets/pool-file.ts) and a fleet's Redis (secrets/fleet/redis-state.ts). Each keeps
-// a broker's in-memory marks (PoolState) current with the others' and writes this broker's
-// marks out; both combine two marks with `mergeMark` only, so "marks only ever extend" is one
-// function wherever a mark meets another.
-import type { PoolState } from "../../secrets/pool.js";
+// Pool marks as brokers share them (SPEC §7, §17, decision 112): the one merge rule, and the
+// check a mark read from elsewhere must pass. Every mark store (store.ts) and the pool itself
+// combine two marks with `mergeMark` only.
 
 /** A mark as the brokers of a fleet share it (SPEC §17): no counters, no local pins. */
 export interface SharedMark {
@@ -14,12 +8,6 @@ export interface SharedMark {
   readonly until?: number;
   readonly reason?: string;
   readonly fingerprint?: string;
-}
-
-/** Where a broker's marks meet those of the other brokers sharing its state. */
-export interface MarkStore {
-  /** Joins the broker's pool marks to the store: marks made here go out, others come in. */
-  attachPools(pools: PoolState): void;
 }
 
 /** Longest reason or fingerprint a mark read from elsewhere may carry (ours are far shorter). */

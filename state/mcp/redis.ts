@@ -12,10 +12,10 @@
 // holds, with the login, not the login alone.
 import type { Redis } from "ioredis";
 import type { TokenCipher } from "../redis/cipher.js";
+import { fromRedis } from "../redis/errors.js";
 import { fieldOf } from "../redis/keys.js";
 import type { StoredLogin } from "../tokens/login.js";
-import { fromRedis } from "../tokens/redis.js";
-import type { McpBinding, McpRegistration, McpStore } from "./home.js";
+import type { McpBinding, McpRegistration, McpStore } from "./store.js";
 
 export class RedisMcpStore implements McpStore {
   readonly #redis: Redis;

@@ -8,26 +8,25 @@
 // meanwhile are pushed on reconnect; a Redis that came back empty (its `epoch` key is gone or
 // new) gets every login this broker holds published again.
 //
-// Marks are sealed (redis-marks.ts, decision 111), so the server cannot compare deadlines: the
-// broker reads the field, merges by the one rule (marks.ts `mergeMark`) and writes the result
-// only if the field still holds what it read (a compare-and-set script), else reads again. A
-// value that does not open is no mark: skipped, reported once, and overwritten by the next one.
+// Each store is its own file beside its interface (../marks/redis.ts, ../tokens/redis.ts,
+// ../mcp/redis.ts, ../sessions/redis.ts, ../approvals/redis.ts); this class holds what they
+// share: the connections, the keys, the cipher, the health and the merge after an outage.
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { UserError } from "../../core/errors.js";
-import type { RedisStateConfig } from "../../rules/types.js";
-import type { PoolState } from "../../secrets/pool.js";
 import { RedisApprovalStore } from "../approvals/redis.js";
-import { mergeMark, type SharedMark } from "../marks/merge.js";
-import { type MarkMessage, SealedMarks } from "../marks/sealed.js";
+import { RedisMarkStore } from "../marks/redis.js";
+import type { MarkHolder } from "../marks/store.js";
 import { RedisMcpStore } from "../mcp/redis.js";
 import { RedisSessionStore } from "../sessions/redis.js";
 import type { SharedState, SharedStateOptions, StateHealth } from "../shared-state.js";
 import type { StoredLogin } from "../tokens/login.js";
 import { RedisTokenStore } from "../tokens/redis.js";
 import { TokenCipher } from "./cipher.js";
+import type { RedisConfig } from "./config.js";
+import { redisErrorText } from "./errors.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "./keys.js";
-import { redisErrorText, redisTls } from "./tls.js";
+import { redisTls } from "./tls.js";
 
 /** No command waits longer than this: a slow Redis counts as down. */
 const COMMAND_TIMEOUT_MS = 2_000;
@@ -36,36 +35,7 @@ const CONNECT_TIMEOUT_MS = 2_000;
 const MAX_BACKOFF_MS = 1_000;
 /** How often the connection is checked (a stalled Redis sends no `close`). */
 const PING_EVERY_MS = 1_000;
-/** Compare-and-set rounds for one mark before it waits for the next sync (others kept writing). */
-const MARK_ATTEMPTS = 8;
-
-/**
- * Writes a mark only where the field still holds what the broker read and merged with (ARGV[2],
- * '' for none), and publishes it; else returns the value there now. KEYS: marks hash. ARGV:
- * field, expected, value, channel, message.
- */
-const MARK_SCRIPT = `
-local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
-if cur ~= ARGV[2] then return {0, cur} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
-return {1, ARGV[3]}
-`;
-
-/** Clears one mark (ARGV[1] a field) or a provider's (ARGV[2] a field prefix), then publishes. */
-const RESET_SCRIPT = `
-if ARGV[1] ~= '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.sub(f, 1, #ARGV[2]) == ARGV[2] then redis.call('HDEL', KEYS[1], f) end
-  end
-end
-redis.call('PUBLISH', ARGV[3], ARGV[4])
-return 1
-`;
-
-function clientOptions(config: RedisStateConfig, password: string | undefined, onRetry: () => void) {
+function clientOptions(config: RedisConfig, password: string | undefined, onRetry: () => void) {
   return {
     ...(password === undefined ? {} : { password }),
     ...redisTls(config),
@@ -85,14 +55,14 @@ export class RedisState implements SharedState {
   readonly mcp: RedisMcpStore;
   readonly sessions: RedisSessionStore;
   readonly approvals: RedisApprovalStore;
-  readonly #config: RedisStateConfig;
+  readonly marks: RedisMarkStore;
+  readonly #config: RedisConfig;
   readonly #redis: Redis;
   readonly #sub: Redis;
   readonly #keys: RedisKeys;
   readonly #self = randomUUID();
   readonly #log: SharedStateOptions["log"];
   readonly #ping: NodeJS.Timeout;
-  #pools: PoolState | undefined;
   #held: () => readonly StoredLogin[] = () => [];
   #degradedSince: Date | undefined;
   #error: string | undefined;
@@ -103,11 +73,8 @@ export class RedisState implements SharedState {
   /** Set whenever the copies may have drifted apart: at start, after an outage, on a new subscriber. */
   #needSync = true;
   #closed = false;
-  /** Marks and resets on their way to Redis. */
-  readonly #sending = new Set<Promise<void>>();
-  readonly #marks: SealedMarks;
 
-  private constructor(config: RedisStateConfig, password: string | undefined, opts: SharedStateOptions) {
+  private constructor(config: RedisConfig, password: string | undefined, opts: SharedStateOptions) {
     this.#config = config;
     this.#log = opts.log;
     const p = config.prefix;
@@ -132,11 +99,18 @@ export class RedisState implements SharedState {
       this.#sync();
     });
     this.#redis.on("ready", () => this.#sync());
-    this.#redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
-    this.#redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
     const cipher = new TokenCipher(opts.homeKey());
-    this.#marks = new SealedMarks(cipher, this.#keys.marks, this.#keys.channel, (m) => this.#log.warn(m));
     const onError = (err: Error) => this.#failed(err);
+    this.marks = new RedisMarkStore(this.#redis, cipher, {
+      hash: this.#keys.marks,
+      channel: this.#keys.channel,
+      self: this.#self,
+      warn: (m) => this.#log.warn(m),
+      onError,
+      needSync: () => {
+        this.#needSync = true;
+      },
+    });
     this.tokens = new RedisTokenStore(this.#redis, this.#keys, cipher, { self: this.#self, onError });
     this.mcp = new RedisMcpStore(this.#redis, config.prefix, cipher, { onError });
     this.approvals = new RedisApprovalStore(this.#redis, cipher, {
@@ -162,7 +136,7 @@ export class RedisState implements SharedState {
   }
 
   /** Connects (waiting at most the connect timeout: a broker starts degraded rather than not at all). */
-  static async open(config: RedisStateConfig, opts: SharedStateOptions): Promise<RedisState> {
+  static async open(config: RedisConfig, opts: SharedStateOptions): Promise<RedisState> {
     const password = config.password === undefined ? undefined : await opts.resolve(config.password);
     if (config.password !== undefined && password === undefined) {
       throw new UserError(
@@ -196,24 +170,14 @@ export class RedisState implements SharedState {
     else this.#sub.once("ready", () => void go());
   }
 
-  attachPools(pools: PoolState): void {
-    this.#pools = pools;
-    pools.mirrorTo({
-      mark: (provider, id, mark) => this.#track(this.#sendMark(provider, id, mark)),
-      reset: (provider, id) => this.#track(this.#sendReset(provider, id)),
-    });
-    this.#needSync = true;
+  attachPools(pools: MarkHolder): void {
+    this.marks.attachPools(pools);
     this.#sync();
-  }
-
-  #track(sending: Promise<void>): void {
-    this.#sending.add(sending);
-    void sending.finally(() => this.#sending.delete(sending));
   }
 
   async settled(): Promise<void> {
     await this.#syncing;
-    await Promise.all(this.#sending);
+    await this.marks.settled();
   }
 
   attachLogins(held: () => readonly StoredLogin[]): void {
@@ -282,16 +246,14 @@ export class RedisState implements SharedState {
       this.#dispatch(JSON.parse(text) as FleetMessage | null);
     } catch {
       // Not a message of this fleet (not JSON, not an object, a field of the wrong shape): dropped.
-      this.#marks.stray();
+      this.marks.stray();
     }
   }
 
   #dispatch(msg: FleetMessage | null): void {
     if (typeof msg !== "object" || msg === null || msg.from === this.#self) return;
     if (msg.t === "mark" || msg.t === "reset") {
-      const m = this.#marks.openMessage(msg.m);
-      if (m?.k === "mark") this.#pools?.merge(m.provider, m.id, m.mark);
-      else if (m?.k === "reset") this.#pools?.mergeReset(m.provider, m.id);
+      this.marks.received(msg);
     } else if (msg.t === "login" && msg.f !== undefined) {
       const key = parseField(msg.f);
       if (key !== undefined) {
@@ -303,65 +265,7 @@ export class RedisState implements SharedState {
     } else if (msg.t === "approval" && msg.m !== undefined) {
       this.approvals.received(msg.m);
     } else {
-      this.#marks.stray();
-    }
-  }
-
-  /**
-   * Puts a mark into Redis, merged with the one there by the one rule; the mark kept is merged
-   * here too (another broker's may outlast ours).
-   */
-  async #sendMark(provider: string, id: string, mark: SharedMark): Promise<void> {
-    const field = fieldOf(provider, id);
-    const scripts = this.#redis as unknown as Scripts;
-    try {
-      let text = await this.#redis.hget(this.#keys.marks, field);
-      for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
-        const held = text === null || text === "" ? undefined : this.#marks.open(field, text);
-        const now = Date.now();
-        const kept = mergeMark(held, mark, now);
-        if (kept === undefined) return;
-        if (kept === held) {
-          this.#pools?.merge(provider, id, kept, now);
-          return;
-        }
-        const message: FleetMessage = {
-          t: "mark",
-          m: this.#marks.message({ k: "mark", provider, id, mark: kept }),
-          from: this.#self,
-        };
-        const [done, there] = (await scripts.kbMark!(
-          this.#keys.marks,
-          field,
-          text ?? "",
-          this.#marks.seal(field, kept),
-          this.#keys.channel,
-          JSON.stringify(message),
-        )) as unknown as [number, string];
-        if (done === 1) return;
-        text = there;
-      }
-      // Others kept writing this field: the next sync pushes this broker's marks again.
-      this.#needSync = true;
-    } catch (err) {
-      this.#failed(err as Error);
-    }
-  }
-
-  async #sendReset(provider: string, id: string | undefined): Promise<void> {
-    const field = id === undefined ? "" : fieldOf(provider, id);
-    const reset: MarkMessage = { k: "reset", provider, ...(id === undefined ? {} : { id }) };
-    const message: FleetMessage = { t: "reset", m: this.#marks.message(reset), from: this.#self };
-    try {
-      await (this.#redis as unknown as Scripts).kbReset!(
-        this.#keys.marks,
-        field,
-        `${JSON.stringify([provider])}`.slice(0, -1) + ",",
-        this.#keys.channel,
-        JSON.stringify(message),
-      );
-    } catch (err) {
-      this.#failed(err as Error);
+      this.marks.stray();
     }
   }
 
@@ -395,17 +299,7 @@ export class RedisState implements SharedState {
     const epoch = (await r.get(this.#keys.epoch)) ?? undefined;
     const lostData = this.#epoch !== undefined && epoch !== this.#epoch;
     this.#epoch = epoch;
-    const pools = this.#pools;
-    if (pools !== undefined) {
-      for (const { provider, id, mark } of pools.marks()) await this.#sendMark(provider, id, mark);
-      const now = Date.now();
-      // One field at a time: a bad one is skipped (and reported once), never the whole read.
-      for (const [field, text] of Object.entries(await r.hgetall(this.#keys.marks))) {
-        const key = parseField(field);
-        const mark = key === undefined ? this.#marks.badField(field) : this.#marks.open(field, text);
-        if (key !== undefined && mark !== undefined) pools.merge(key[0], key[1], mark, now);
-      }
-    }
+    await this.marks.sync();
     await this.sessions.flush();
     if (lostData) {
       // An MCP login's binding first: no broker should see a login it cannot refresh.
@@ -420,5 +314,3 @@ export class RedisState implements SharedState {
     }
   }
 }
-
-type Scripts = Record<string, (...args: string[]) => Promise<string | null>>;

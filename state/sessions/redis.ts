@@ -12,9 +12,9 @@
 // people log in again (copies are not published back, which could revive a session ended
 // elsewhere during the outage).
 import type { Redis } from "ioredis";
-import { type AdminRole, IDLE_MS, type Session, type SessionStore } from "../../admin/sessions.js";
 import type { TokenCipher } from "../redis/cipher.js";
 import type { FleetMessage } from "../redis/keys.js";
+import { type AdminRole, IDLE_MS, type Session, type SessionStore } from "./store.js";
 
 /** Copies kept for an outage: idle ones are dropped when a new one comes past this count. */
 const KEEP_LOCAL = 64;

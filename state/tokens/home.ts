@@ -1,42 +1,14 @@
-// Where OAuth logins live (SPEC §8): behind a small interface, so that the fleet store
-// (SPEC §17) can implement the same calls over Redis. The file store keeps one file per login
-// in `$KEYBROKER_HOME/tokens/` (folder 0700, files 0600, atomic writes with fsync) and takes the
-// refresh lock with proper-lockfile, whose stale-lock recovery survives a holder killed with
-// `kill -9`.
+// The home's OAuth logins (SPEC §8): the TokenStore (store.ts) of one broker, or several on one
+// machine. One file per login in `$KEYBROKER_HOME/tokens/` (folder 0700, files 0600, atomic
+// writes with fsync); the refresh lock is taken with proper-lockfile, whose stale-lock recovery
+// survives a holder killed with `kill -9`.
 import { type FSWatcher, watch } from "node:fs";
 import { readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import lockfile from "proper-lockfile";
 import { ensurePrivateDir, writeFileAtomic } from "../../core/fs.js";
 import { parseLogin, type StoredLogin, serializeLogin } from "./login.js";
-
-export interface TokenStore {
-  /** Every login, or every login of one provider. */
-  list(provider?: string): Promise<StoredLogin[]>;
-  get(provider: string, id: string): Promise<StoredLogin | undefined>;
-  /**
-   * Writes a login. With `ifGeneration`, only when the stored login still has that generation
-   * (the fencing check of a refresh: a stalled holder never overwrites a newer token). Returns
-   * false when the check failed and nothing was written.
-   */
-  put(login: StoredLogin, ifGeneration?: number): Promise<boolean>;
-  /** Deletes a login; false when there was none. */
-  remove(provider: string, id: string): Promise<boolean>;
-  /**
-   * Runs `fn` holding the login's refresh lock, shared by every process using the store. A
-   * lock whose holder died is taken over after `staleMs`; waiting gives up after `waitMs`.
-   */
-  withRefreshLock<T>(provider: string, id: string, opts: LockOptions, fn: () => Promise<T>): Promise<T>;
-  /** Calls `onChange(provider, id)` when a login is added, replaced or removed by anyone. */
-  watch(onChange: (provider: string, id: string) => void): () => void;
-}
-
-export interface LockOptions {
-  /** A lock not renewed for this long belongs to a dead holder (at least 2 s). */
-  readonly staleMs: number;
-  /** The longest wait for the lock. */
-  readonly waitMs: number;
-}
+import { type LockOptions, LockTimeoutError, type TokenStore } from "./store.js";
 
 /** `tokens/<provider>~<label>.json`: `~` is in neither a provider id nor a label. */
 const FILE = /^([a-z][a-z0-9._-]*)~([A-Za-z0-9][A-Za-z0-9._-]*)\.json$/;
@@ -44,10 +16,6 @@ const FILE = /^([a-z][a-z0-9._-]*)~([A-Za-z0-9][A-Za-z0-9._-]*)\.json$/;
 /** Every login in a home's token store, for read-only commands (never creates the folder). */
 export function readLogins(home: string): Promise<StoredLogin[]> {
   return new FileTokenStore(home).list();
-}
-
-export class LockTimeoutError extends Error {
-  override name = "LockTimeoutError";
 }
 
 export class FileTokenStore implements TokenStore {

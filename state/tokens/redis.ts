@@ -11,10 +11,10 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import type { TokenCipher } from "../redis/cipher.js";
+import { fromRedis } from "../redis/errors.js";
 import { type FleetMessage, fieldOf, parseField, type RedisKeys } from "../redis/keys.js";
-import { redisErrorText } from "../redis/tls.js";
-import { type LockOptions, LockTimeoutError, type TokenStore } from "./home.js";
 import { parseLogin, type StoredLogin, serializeLogin } from "./login.js";
+import { type LockOptions, LockTimeoutError, type TokenStore } from "./store.js";
 
 /**
  * Writes a login. KEYS: logins hash, lock key. ARGV: field, value, mode (`put`, `fenced`,
@@ -52,16 +52,6 @@ return 0
 `;
 
 type Scripts = Record<string, (...args: string[]) => Promise<number>>;
-
-/** A Redis command's answer; its failure is also a health signal, and an error that says where. */
-export async function fromRedis<T>(op: Promise<T>, onError: (err: Error) => void): Promise<T> {
-  try {
-    return await op;
-  } catch (err) {
-    onError(err as Error);
-    throw new Error(`the fleet's Redis did not answer: ${redisErrorText(err as Error)}`, { cause: err });
-  }
-}
 
 export class RedisTokenStore implements TokenStore {
   readonly #redis: Redis;

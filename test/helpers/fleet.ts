@@ -26,7 +26,7 @@ export function openFleetState(
   key: () => Buffer,
 ): Promise<RedisState> {
   return RedisState.open(
-    { kind: "redis", url, password: "env:P", prefix },
+    { url, password: "env:P", prefix },
     { home, homeKey: key, resolve: async () => password, log: { warn: () => {}, info: () => {} } },
   );
 }

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { PoolState } from "../../../../secrets/pool.js";
+import { HomeMarkStore } from "../../../../state/marks/home.js";
 import { mergeMark, readMark, type SharedMark } from "../../../../state/marks/merge.js";
 
 const NOW = 1_800_000_000_000;
@@ -106,7 +107,8 @@ describe("two PoolStates on one home (two processes' view of pools.json)", () =>
     // A reset made by B clears A's copy once A reads the file, and A's next write keeps it cleared.
     b.reset("p");
     b.flush();
-    const stop = a.followHome();
+    const follower = new HomeMarkStore(home);
+    follower.attachPools(a);
     try {
       await new Promise<void>((resolve) => {
         const check = setInterval(() => {
@@ -117,7 +119,7 @@ describe("two PoolStates on one home (two processes' view of pools.json)", () =>
         }, 10);
       });
     } finally {
-      stop();
+      follower.close();
     }
     a.markUsageLimit("p", "K3", Date.now() + 60_000, "HTTP 429");
     await a.durable();

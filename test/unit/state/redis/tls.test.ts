@@ -1,4 +1,4 @@
-// What a broker says when TLS to its fleet's Redis fails (secrets/fleet/redis-tls.ts): real TLS
+// What a broker says when TLS to its fleet's Redis fails (state/redis/tls.ts, errors.ts): real TLS
 // handshakes on loopback against a server signed by another CA, one whose certificate names
 // another host, and a plain TCP server, each error read as ioredis passes it on.
 import { once } from "node:events";
@@ -7,7 +7,8 @@ import { type ConnectionOptions, connect, createServer } from "node:tls";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadOrCreateCa } from "../../../../certs/ca.js";
 import { LeafMinter } from "../../../../certs/leaf.js";
-import { redisErrorText, redisTls } from "../../../../state/redis/tls.js";
+import { redisErrorText } from "../../../../state/redis/errors.js";
+import { redisTls } from "../../../../state/redis/tls.js";
 import { tempHome } from "../../../helpers/broker.js";
 
 const ca = loadOrCreateCa(tempHome());
@@ -41,7 +42,7 @@ afterAll(() => {
 describe("rediss:// errors", () => {
   it("a server signed by a CA not in upstream_ca: says to add that CA", async () => {
     const port = await listen(tlsServer("127.0.0.1"));
-    const { tls } = redisTls({ kind: "redis", url: `rediss://127.0.0.1:${port}`, prefix: "kb:" });
+    const { tls } = redisTls({ url: `rediss://127.0.0.1:${port}`, prefix: "kb:" });
     const text = redisErrorText(await handshakeError(port, tls!));
     expect(text).toMatch(
       /^the Redis server's TLS certificate is not trusted \(.+\): add the CA that signed it/,
@@ -51,7 +52,6 @@ describe("rediss:// errors", () => {
   it("trusted once the CA is listed; a certificate for another host is named as such", async () => {
     const good = await listen(tlsServer("127.0.0.1"));
     const config = {
-      kind: "redis" as const,
       url: `rediss://127.0.0.1:${good}`,
       prefix: "kb:",
       ca: [ca.certPath],
@@ -67,10 +67,10 @@ describe("rediss:// errors", () => {
 
   it("rediss:// to a plain port says to use redis://; redis:// gets no TLS at all", async () => {
     const port = await listen(createTcpServer((s) => s.end("-ERR unknown command\r\n")));
-    const { tls } = redisTls({ kind: "redis", url: `rediss://127.0.0.1:${port}`, prefix: "kb:" });
+    const { tls } = redisTls({ url: `rediss://127.0.0.1:${port}`, prefix: "kb:" });
     expect(redisErrorText(await handshakeError(port, tls!))).toMatch(
       /^the server does not speak TLS there \([^\n]+\): use redis:\/\//,
     );
-    expect(redisTls({ kind: "redis", url: "redis://127.0.0.1:6379", prefix: "kb:" })).toEqual({});
+    expect(redisTls({ url: "redis://127.0.0.1:6379", prefix: "kb:" })).toEqual({});
   });
 });

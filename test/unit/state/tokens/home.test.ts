@@ -2,8 +2,9 @@ import { mkdtempSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { FileTokenStore, LockTimeoutError } from "../../../../state/tokens/home.js";
+import { FileTokenStore } from "../../../../state/tokens/home.js";
 import type { StoredLogin } from "../../../../state/tokens/login.js";
+import { LockTimeoutError } from "../../../../state/tokens/store.js";
 
 function login(over: Partial<StoredLogin> = {}): StoredLogin {
   return {

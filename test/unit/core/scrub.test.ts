@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Scrubber, secretForms } from "../../../audit/scrub.js";
+import { Scrubber, secretForms } from "../../../core/scrub.js";
 
 describe("Scrubber", () => {
   const secret = "sk-live-abc123/+=def456";

@@ -1,10 +1,10 @@
 // The upstream agent for OAuth requests made outside the broker (`auth add`, `auth remove`):
 // the same `resolve`, `upstream_ca` and private-address rule as the broker's own agent.
 import type { Agent } from "undici";
-import { createUpstreamAgent } from "../../proxy/upstream.js";
-import { isLoopbackHost } from "../../rules/address.js";
-import { hostMatches } from "../../rules/host-pattern.js";
-import type { Rules } from "../../rules/types.js";
+import { isLoopbackHost } from "../rules/address.js";
+import { hostMatches } from "../rules/host-pattern.js";
+import type { Rules } from "../rules/types.js";
+import { createUpstreamAgent } from "./upstream.js";
 
 export function createOAuthAgent(rules: Rules): Agent {
   return createUpstreamAgent({
