@@ -1,9 +1,9 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
+import type { AgentView } from "../../admin/agent-view.js";
 import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
-import type { AgentView } from "../../proxy/agent-view.js";
 import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-setup.js";

@@ -15,9 +15,9 @@ import type { Redis } from "ioredis";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
+import type { StatusReport } from "../../admin/status.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { homeKey } from "../../core/home.js";
-import type { StatusReport } from "../../proxy/status.js";
 import type { McpBinding } from "../../state/mcp/store.js";
 import { RedisState } from "../../state/redis/state.js";
 import {

@@ -5,7 +5,7 @@ import type { CredentialState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import type { StateHealth } from "../state/shared-state.js";
 import type { StoredLogin } from "../state/tokens/login.js";
-import type { Runtime } from "./runtime.js";
+import type { RulesInForce } from "./rules-in-force.js";
 
 export interface CredentialStatus {
   readonly id: string;
@@ -70,7 +70,7 @@ function loginStatus(login: StoredLogin, s: CredentialState | undefined): Creden
 }
 
 export function providerStatuses(
-  rt: Runtime,
+  rt: RulesInForce,
   pools: Record<string, Record<string, CredentialState>>,
   /** A provider's OAuth logins (from the running broker, or read from the token store). */
   logins: (provider: string) => readonly StoredLogin[] = () => [],

@@ -3,7 +3,7 @@
 // The running broker answers it from its admin API; `env` and `run` build the same from the
 // rule file when no broker runs, so the set is the same either way.
 import { secretVariableNames } from "../rules/secret-variables.js";
-import type { Runtime } from "./runtime.js";
+import type { RulesInForce } from "./rules-in-force.js";
 
 export interface AgentView {
   readonly client: string;
@@ -24,12 +24,12 @@ export interface AgentView {
  * resolved (the agent then gets 503 `credential_unavailable`, not a missing key), and every
  * catalogue provider whose credential resolves. It is exactly the set the broker intercepts.
  */
-export function agentProviders(rt: Runtime): string[] {
+export function agentProviders(rt: RulesInForce): string[] {
   return [...rt.providers.values()].filter((p) => p.intercepted).map((p) => p.rule.id);
 }
 
 /** The view for `client`, or undefined when the rules do not define that client. */
-export function agentView(rt: Runtime, client: string): AgentView | undefined {
+export function agentView(rt: RulesInForce, client: string): AgentView | undefined {
   const state = rt.clients.get(client);
   if (state === undefined) return undefined;
   const providers = agentProviders(rt).filter((id) => rt.clientAllows(state, id));

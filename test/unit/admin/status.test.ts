@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { formatStatus, formatUptime, type StatusReport } from "../../../proxy/status.js";
+import { formatStatus, formatUptime, type StatusReport } from "../../../admin/status.js";
 
 const base: StatusReport = {
   running: true,
