@@ -11,7 +11,7 @@ import {
 } from "./broker-metrics.js";
 import { type Buckets, type LabelledCounts, STATUS_CLASSES } from "./counts.js";
 
-/** A credential's state as `status` reports it (proxy/status.ts `CredentialStatus`). */
+/** A credential's state as `status` reports it (admin/status.ts `CredentialStatus`). */
 export type CredentialStateLabel = "ok" | "usage_limit_reached" | "invalid" | "missing" | "reauth_required";
 
 /** The states a credential is reported in, one 0/1 series each. */

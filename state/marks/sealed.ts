@@ -1,6 +1,6 @@
 // Pool marks and their messages as a fleet's Redis holds them (SPEC §17, decision 111): sealed
 // with the fleet's TokenCipher, so whoever can write to Redis but has no home key can neither
-// forge a mark nor clear one, and checked field by field once opened (marks.ts `readMark`).
+// forge a mark nor clear one, and checked field by field once opened (merge.ts `readMark`).
 //
 // - A hash field's value is the mark sealed and bound to the hash and the field: a value copied
 //   to another credential does not open there.

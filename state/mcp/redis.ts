@@ -2,7 +2,7 @@
 // McpStore of fleet mode, on the state's one command connection, so that any broker refreshes
 // an MCP login any machine made. Two hashes: `<prefix>mcp:bindings` (field: the login, as in
 // the logins hash) and `<prefix>mcp:registrations` (field: the issuer). Each value is the whole
-// record sealed (token-cipher.ts, bound to its key and field): a registration may hold a client
+// record sealed (redis/cipher.ts, bound to its key and field): a registration may hold a client
 // secret, and a binding names the token endpoint the refresh token and that secret are sent to,
 // so neither can be read or rewritten by whoever can write to Redis without the home key.
 //

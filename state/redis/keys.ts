@@ -1,5 +1,5 @@
 // How the fleet names things in Redis: the keys, a credential's hash field, and the messages
-// brokers publish to each other. Shared by the state and the token store.
+// brokers publish to each other. Shared by every Redis store.
 
 export interface RedisKeys {
   readonly marks: string;
@@ -24,8 +24,8 @@ export function parseField(field: string): [string, string] | undefined {
 
 export interface FleetMessage {
   /**
-   * `approval`: `m` is a message of the approval store (redis-approvals.ts); `mark`, `reset`: `m`
-   * is a sealed message of redis-marks.ts.
+   * `approval`: `m` is a message of the approval store (approvals/redis.ts); `mark`, `reset`: `m`
+   * is a sealed message of marks/sealed.ts.
    */
   readonly t: "mark" | "reset" | "login" | "session" | "approval";
   readonly f?: string;

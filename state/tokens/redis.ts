@@ -1,6 +1,6 @@
 // OAuth logins in a fleet's Redis (SPEC §8, §17): the TokenStore of fleet mode. One hash field
 // per login holds `<generation>:<createdAt>:<sealed login>`: the generation and creation time in
-// clear for the server-side checks, the login (tokens included) only sealed (token-cipher.ts).
+// clear for the server-side checks, the login (tokens included) only sealed (redis/cipher.ts).
 //
 // The refresh lock is a key set with NX and an expiry that outlives the token endpoint's
 // timeout; a write made while holding it is fenced twice on the server: the stored generation
