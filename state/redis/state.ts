@@ -35,6 +35,7 @@ const CONNECT_TIMEOUT_MS = 2_000;
 const MAX_BACKOFF_MS = 1_000;
 /** How often the connection is checked (a stalled Redis sends no `close`). */
 const PING_EVERY_MS = 1_000;
+
 function clientOptions(config: RedisConfig, password: string | undefined, onRetry: () => void) {
   return {
     ...(password === undefined ? {} : { password }),
