@@ -3,17 +3,11 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { html } from "../../../admin/html.js";
 import { hashPassword, verifyPassword } from "../../../admin/password.js";
-import {
-  IDLE_MS,
-  LINK_MS,
-  LoginLimiter,
-  limitKey,
-  MemorySessionStore,
-  Sessions,
-  sessionKey,
-} from "../../../admin/sessions.js";
+import { LINK_MS, LoginLimiter, limitKey, Sessions, sessionKey } from "../../../admin/sessions.js";
 import { HOUR_MS, Usage } from "../../../admin/usage.js";
-import { knownSecrets } from "../../../audit/scrub.js";
+import { knownSecrets } from "../../../core/scrub.js";
+import { MemorySessionStore } from "../../../state/sessions/memory.js";
+import { IDLE_MS } from "../../../state/sessions/store.js";
 
 afterEach(() => {
   vi.useRealTimers();
@@ -61,7 +55,7 @@ describe("sessions", () => {
 
   it("one-time links work once and expire", () => {
     vi.useFakeTimers();
-    const sessions = new Sessions();
+    const sessions = new Sessions(new MemorySessionStore());
     const code = sessions.newLink();
     expect(sessions.spendLink(code)).toBe(true);
     expect(sessions.spendLink(code)).toBe(false);
