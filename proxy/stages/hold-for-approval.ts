@@ -195,8 +195,8 @@ async function holdIn(
   let answer: Awaited<ReturnType<Approvals["hold"]>>;
   const heldFrom = performance.now();
   try {
-    // What the body read left of the approval timeout (decision 134).
-    const left = Math.max(0, timeoutMs - (heldFrom - enteredAt));
+    // What the body read left of the approval timeout (decision 134), whole ms for the store.
+    const left = Math.max(0, Math.round(timeoutMs - (heldFrom - enteredAt)));
     answer = await approvals.hold(request, preview, left, gone.signal);
   } finally {
     x.heldMs = performance.now() - heldFrom;
