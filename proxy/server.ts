@@ -11,10 +11,10 @@ import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
 import { AdminPage } from "../admin/page.js";
 import { Sessions } from "../admin/sessions.js";
+import { providerStatuses } from "../admin/status.js";
 import { Usage } from "../admin/usage.js";
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import { AuditTrail } from "../audit/audit-trail.js";
-import { knownSecrets } from "../audit/scrub.js";
 import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
@@ -23,19 +23,19 @@ import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
+import { knownSecrets } from "../core/scrub.js";
 import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
 import { MetricsEndpoint } from "../metrics/endpoint.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
-import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
-import { allowsPrivate } from "../secrets/oauth/oauth-agent.js";
 import { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { Refresher } from "../secrets/oauth/refresher.js";
 import { PoolState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
+import { openSharedState, type SharedState } from "../state/shared-state.js";
 import { accessLogFromEnv } from "./access-log.js";
 import { onApprovalEvent } from "./approval-events.js";
 import { Approvals } from "./approvals.js";
@@ -43,10 +43,10 @@ import { Launches } from "./launches.js";
 import { http1Exchange } from "./listener/http1-exchange.js";
 import { HEALTH_PATH, Listener } from "./listener/listener.js";
 import type { Target } from "./listener/request-target.js";
+import { allowsPrivate } from "./oauth-agent.js";
 import { Pipeline } from "./pipeline.js";
 import { Runtime } from "./runtime.js";
 import { Recorder } from "./stages/record.js";
-import { providerStatuses } from "./status.js";
 import { createUpstreamAgent } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
 import type { Upgrade } from "./websocket.js";
@@ -149,7 +149,7 @@ export class Broker implements AdminHost {
           },
           e,
         ),
-      ...(shared.approvals === undefined ? {} : { store: shared.approvals }),
+      store: shared.approvals,
     });
     this.pools = new PoolState(opts.home, (message) => opts.log.warn(message));
     shared.attachPools(this.pools);

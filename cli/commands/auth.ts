@@ -1,7 +1,7 @@
 import { UserError } from "../../core/errors.js";
 import type { Rules } from "../../rules/types.js";
-import { openSharedState } from "../../secrets/fleet/shared-state.js";
 import { PoolState } from "../../secrets/pool.js";
+import { openSharedState } from "../../state/shared-state.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";

@@ -4,9 +4,8 @@
 // as the user sees it. A `cmd:` reference runs a program whose own files keybroker cannot know.
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute } from "node:path";
-import { absolutePath } from "../../rules/credential-ref.js";
+import { absolutePath, parseRef } from "../../rules/credential-ref.js";
 import type { Rules } from "../../rules/types.js";
-import { parseRef } from "../../secrets/resolver.js";
 import { dotenvCandidates } from "../../secrets/sources.js";
 
 export interface HiddenPaths {

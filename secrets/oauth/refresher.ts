@@ -9,8 +9,8 @@
 // provider has no login: its token is fetched from client_id and client_secret when first
 // needed, again ahead of expiry and after a 401, and held in memory only (SPEC §8).
 import type { ProviderRule } from "../../rules/types.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import { OAuthEndpointError } from "./capped-fetch.js";
-import type { StoredLogin } from "./login.js";
 import type { LoginEntry, OAuthLogins } from "./logins.js";
 import { type OAuthClient, OAuthServerError } from "./oauth-client.js";
 

@@ -14,6 +14,7 @@ import {
 import { FallBack } from "../../../proxy/stages/fall-back.js";
 import type { Recorder } from "../../../proxy/stages/record.js";
 import { ANSWER, NEXT, RESEND, type ResponseStage, runResponseStages } from "../../../proxy/stages/stage.js";
+import { MemoryApprovalStore } from "../../../state/approvals/memory.js";
 
 const source = readFileSync(fileURLToPath(new URL("../../../proxy/pipeline.ts", import.meta.url)), "utf8");
 /** The order comment at the top of pipeline.ts, the one place a reader learns the steps from. */
@@ -24,7 +25,7 @@ function parts(): PipelineParts {
   return {
     log,
     auditWritable: () => true,
-    approvals: new Approvals({ onEvent: () => {} }),
+    approvals: new Approvals({ onEvent: () => {}, store: new MemoryApprovalStore() }),
     agent: () => {
       throw new Error("not forwarding here");
     },
