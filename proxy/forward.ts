@@ -182,7 +182,7 @@ export function forward(
       onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
         if (statusCode < 200) return;
         result.status = statusCode;
-        for (const stage of head) stage(x, headers);
+        for (let i = 0; i < head.length; i++) head[i]!(x, headers);
         if (res.destroyed) {
           c.abort(new Error("client closed the connection"));
           return;
