@@ -10,6 +10,7 @@ import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
 import { agentView } from "../proxy/agent-view.js";
 import { providerStatuses, type StatusReport } from "../proxy/status.js";
+import { kindOf } from "../rules/kinds/index.js";
 import { handleApprovals } from "./approvals-api.js";
 import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
 import type { AdminHost } from "./host.js";
@@ -132,8 +133,9 @@ export async function handleAdmin(
       }
       // An OAuth provider's credentials are its logins (the token store, as the broker holds it).
       const rule = broker.runtime.providers.get(provider)!.rule;
-      const refs =
-        rule.oauth === undefined ? rule.credentials : broker.logins.members(provider).map((e) => e.login.id);
+      const refs = kindOf(rule).poolOfLogins
+        ? broker.logins.members(provider).map((e) => e.login.id)
+        : rule.credentials;
       if (credential !== undefined && (typeof credential !== "string" || !refs.includes(credential))) {
         throw new BrokerError(
           "bad_request",

@@ -4,6 +4,7 @@
 import type { Agent } from "undici";
 import { BrokerError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
+import { kindOf } from "../rules/kinds/index.js";
 import { classify, mayMark } from "../secrets/quota.js";
 import type { Exchange } from "./exchange.js";
 import { emitHeld, type ForwardResult, forward } from "./forward.js";
@@ -65,7 +66,8 @@ export function bookkeep(
 async function refreshRefused(x: Exchange, log: Logger): Promise<boolean> {
   const rule = x.provider?.rule;
   const refresher = x.rt.refresher;
-  if (rule?.oauth === undefined || refresher === undefined || x.secret === undefined) return false;
+  if (rule === undefined || !kindOf(rule).poolOfLogins || refresher === undefined || x.secret === undefined)
+    return false;
   const refused = x.secret.reveal();
   const id = x.secret.id;
   const entry = await refresher.refresh(rule.id, id, refused).catch((err: Error) => {
@@ -181,7 +183,8 @@ export async function forwardWithPool(
   let reauthorized = false;
   while (result.held !== undefined) {
     const held = result.held;
-    const auth = x.provider?.rule.auth === undefined ? undefined : x.rt.upstreamAuth.get(x.provider.rule.id);
+    const rule = x.provider?.rule;
+    const auth = rule === undefined || !kindOf(rule).signed ? undefined : x.rt.upstreamAuth.get(rule.id);
     if (auth !== undefined) {
       // A service account's token was refused: mint a fresh one and try once more.
       if (held.status === 401 && !reauthorized && x.body !== undefined && auth.rejected()) {
@@ -205,7 +208,7 @@ export async function forwardWithPool(
       continue;
     }
     // An MCP server's challenge never reaches the agent (SPEC §15): its refusal is keybroker's.
-    if (x.provider?.rule.mcp !== undefined) result.held = mcpAnswer(x, held);
+    if (rule !== undefined && kindOf(rule).wholeHost) result.held = mcpAnswer(x, held);
     const marked = bookkeep(x, result.held, log, onEvent);
     // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.
     if (marked) await x.pools.durable();

@@ -5,6 +5,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Agent, Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { noteStreamed } from "../core/v8-tuning.js";
+import { kindOf } from "../rules/kinds/index.js";
 import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
 import { PrivateAddressError } from "./upstream.js";
@@ -181,7 +182,7 @@ export function forward(agent: Agent, x: Exchange, opts: ForwardOptions = {}): P
         result.status = statusCode;
         // An MCP server's challenge never reaches the agent (SPEC §15), even in an answer too
         // large to hold: the agent's MCP client must not start a login of its own.
-        if (x.provider?.rule.mcp !== undefined) delete headers["www-authenticate"];
+        if (x.provider !== undefined && kindOf(x.provider.rule).wholeHost) delete headers["www-authenticate"];
         if (res.destroyed) {
           c.abort(new Error("client closed the connection"));
           return;

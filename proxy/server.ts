@@ -29,6 +29,7 @@ import { BrokerMetrics } from "../metrics/broker-metrics.js";
 import { isMetricsRequest, MetricsEndpoint } from "../metrics/endpoint.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { normalizeHost } from "../rules/host-pattern.js";
+import { kindOf } from "../rules/kinds/index.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { openSharedState, type SharedState } from "../secrets/fleet/shared-state.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
@@ -339,7 +340,7 @@ export class Broker implements AdminHost {
       client: (provider) => this.oauthClient(provider),
       loginClient: (provider, id) => {
         const rule = this.#rt.providers.get(provider)?.rule;
-        return rule?.mcp === undefined ? undefined : this.#mcpClient(rule, id);
+        return rule === undefined || !kindOf(rule).boundLogins ? undefined : this.#mcpClient(rule, id);
       },
       onEvent: (decision, login, detail) => {
         const fingerprint = fingerprintOf(login.accessToken);
@@ -382,10 +383,10 @@ export class Broker implements AdminHost {
   oauthClient(provider: string): OAuthClient | undefined {
     const rule = this.#rt.providers.get(provider)?.rule;
     // An MCP server's client belongs to each login (its binding): see #mcpClient.
-    if (rule?.oauth === undefined || rule.mcp !== undefined) return undefined;
+    if (rule === undefined || !kindOf(rule).poolOfLogins || kindOf(rule).boundLogins) return undefined;
     let client = this.#oauthClients.get(rule);
     if (client === undefined) {
-      const spec = rule.oauth;
+      const spec = rule.oauth!;
       const resolver = this.#rt.resolver;
       client = new OAuthClient(
         provider,
@@ -403,7 +404,9 @@ export class Broker implements AdminHost {
 
   async loginClient(provider: string, id: string): Promise<OAuthClient | undefined> {
     const rule = this.#rt.providers.get(provider)?.rule;
-    return rule?.mcp === undefined ? this.oauthClient(provider) : this.#mcpClient(rule, id);
+    return rule !== undefined && kindOf(rule).boundLogins
+      ? this.#mcpClient(rule, id)
+      : this.oauthClient(provider);
   }
 
   /** Records one audit line (for the admin API and page). */

@@ -8,13 +8,8 @@ import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
 import { parseHostPattern } from "./host-pattern.js";
-import {
-  effectiveMount,
-  effectivePlaceholderEnv,
-  isOAuthOnly,
-  mcpBinding,
-  mergeProviders,
-} from "./provider-defaults.js";
+import { chooseKind, kindOf } from "./kinds/index.js";
+import { effectiveMount, effectivePlaceholderEnv, mcpBinding, mergeProviders } from "./provider-defaults.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema.js";
 import type {
   ClientRule,
@@ -237,15 +232,21 @@ function compileProvider(
     mcp === undefined
       ? given
       : { ...given, hosts: [mcp.host], upstream: mcp.upstream, credentials: [], oauth: given.oauth ?? {} };
-  const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry, input.oauth !== undefined);
+  const kind = chooseKind(input);
+  const env = effectivePlaceholderEnv(
+    id,
+    input.placeholder?.env,
+    catalogueEntry,
+    kindOf({ kind }).derivedEnv,
+  );
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
-  // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
-  // An OAuth provider's credentials are its logins (SPEC §8), kept in the token store.
-  // Without `credentials`, the key is read from the first placeholder variable that has a value
-  // (decision 122): the others are its aliases, tried in order.
-  const keyed = !(isOAuthOnly(id) || input.auth !== undefined || input.oauth !== undefined);
+  // Only a key pool's key is in its placeholder variable: an OAuth provider's credentials are
+  // its logins (SPEC §8), a service account's are its parts. Without `credentials`, the key is
+  // read from the first placeholder variable that has a value (decision 122): the others are
+  // its aliases, tried in order. (An id ending in -oauth without `oauth:` is refused earlier.)
+  const keyed = kindOf({ kind }).keyFromPlaceholder;
   const defaultCredentials = keyed ? env.slice(0, 1) : [];
   const credentials = (input.credentials ?? defaultCredentials).map((r) =>
     absoluteCredentialRef(r, ctx.baseDir, ctx.userHome),
@@ -264,6 +265,7 @@ function compileProvider(
 
   return {
     id,
+    kind,
     hosts: (input.hosts ?? []).map(parseHostPattern),
     inject: compileInject(input.inject),
     credentials,

@@ -7,6 +7,7 @@ import { CATALOGUE_ORIGIN } from "./catalogue.js";
 import type { PathProblem } from "./errors.js";
 import { suggest } from "./errors.js";
 import { hostPatternKey, parseHostPattern } from "./host-pattern.js";
+import { kindOfEntry } from "./kinds/index.js";
 import {
   effectiveMount,
   effectivePlaceholderEnv,
@@ -75,8 +76,9 @@ function checkPolicyClients(raw: Raw, problems: PathProblem[]): void {
   }
 }
 
-function isMcp(provider: MergedProvider<Raw>): boolean {
-  return (provider.input as Raw).mcp !== undefined;
+/** An MCP server's host is its alone (decision 123 does not apply to it). */
+function ownsWholeHost(provider: MergedProvider<Raw>): boolean {
+  return kindOfEntry(provider.input).wholeHost;
 }
 
 function owner(provider: MergedProvider<Raw>): string {
@@ -106,7 +108,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     const hosts = mcp !== undefined ? [mcp.host] : Array.isArray(input.hosts) ? input.hosts : undefined;
     const mount = input.mount;
     const upstream = input.upstream ?? mcp?.upstream;
-    const oauth = input.oauth !== undefined || input.mcp !== undefined;
+    const kind = kindOfEntry(input);
 
     if (mount !== undefined && upstream === undefined) {
       problems.push({
@@ -139,7 +141,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
       // Providers may share a host: the placeholder a request carries picks one (decision
       // 123). Not an MCP server (every request to it gets its token, placeholder or not).
-      const other = others.find((o) => mcp !== undefined || isMcp(o));
+      const other = others.find((o) => mcp !== undefined || ownsWholeHost(o));
       if (other !== undefined) {
         problems.push({
           path: mcp !== undefined ? at("mcp") : at("hosts", index),
@@ -175,7 +177,9 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     }
 
     const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    for (const env of new Set(effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth))) {
+    for (const env of new Set(
+      effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, kind.derivedEnv),
+    )) {
       const envOwner = envOwners.get(env);
       if (envOwner === undefined) envOwners.set(env, provider);
       else {
@@ -200,7 +204,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       });
     }
     if (isOAuthOnly(id)) {
-      if (!oauth) {
+      if (!kind.poolOfLogins) {
         problems.push({
           path: at(),
           message:

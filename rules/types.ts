@@ -1,6 +1,7 @@
 // The compiled rule set: what the broker runs on after a rule file (or the embedded catalogue)
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
+import type { ProviderKindName } from "./kinds/kind.js";
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -109,6 +110,8 @@ export interface McpSpec {
 
 export interface ProviderRule {
   readonly id: string;
+  /** How it authenticates, chosen once at compile (decision 132): ask `kindOf(rule)` what that means. */
+  readonly kind: ProviderKindName;
   readonly hosts: readonly HostPattern[];
   readonly inject: InjectSpec;
   /** Credential references, in pool order: `NAME`, `env:NAME`, `dotenv:NAME`, `file:PATH`, ... */

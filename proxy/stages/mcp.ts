@@ -8,6 +8,7 @@
 //     the agent's client never starts a login of its own.
 // Streams (SSE answers, the GET stream, DELETE, Mcp-Session-Id) pass through forward untouched.
 import { BrokerError } from "../../core/errors.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Exchange } from "../exchange.js";
 import type { HeldResponse } from "../forward.js";
 import { assertClientMayUse } from "./inject.js";
@@ -19,7 +20,7 @@ const METADATA =
 /** Plans the injection of every request to an MCP server (after planInjection). */
 export function planMcp(x: Exchange): void {
   const rule = x.provider?.rule;
-  if (rule?.mcp === undefined || x.mode === "plain") return;
+  if (rule === undefined || !kindOf(rule).wholeHost || x.mode === "plain") return;
   if (METADATA.test(x.path)) {
     throw new BrokerError(
       "policy_denied",
@@ -43,7 +44,7 @@ export function planMcp(x: Exchange): void {
  */
 export function mcpAnswer(x: Exchange, held: HeldResponse): HeldResponse {
   const rule = x.provider?.rule;
-  if (rule?.mcp === undefined) return held;
+  if (rule === undefined || !kindOf(rule).wholeHost) return held;
   if (held.status === 401) {
     const id = x.secret?.id;
     const login = id === undefined ? undefined : x.rt.logins?.get(rule.id, id)?.login;
