@@ -14,6 +14,7 @@ import { kindOf } from "../rules/kinds/index.js";
 import { handleApprovals } from "./approvals-api.js";
 import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
 import type { AdminHost } from "./host.js";
+import { handleLaunches } from "./launches-api.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
 
@@ -80,6 +81,7 @@ export function statusReport(broker: AdminHost): StatusReport {
     rules: broker.runtime.rules.origin,
     audit: broker.auditHealth(),
     state: broker.sharedState.health(),
+    launches: broker.launches.list(),
     providers: providerStatuses(broker.runtime, broker.pools.snapshot(), (id) =>
       broker.logins.members(id).map((e) => e.login),
     ),
@@ -116,6 +118,10 @@ export async function handleAdmin(
         );
       }
       send(res, 200, view);
+      return;
+    }
+    if (action === "launches" || action?.startsWith("launches/")) {
+      send(res, 200, await handleLaunches(broker, req, action, () => readJson(req)));
       return;
     }
     if (action === "login-link" && req.method === "POST" && page !== undefined) {

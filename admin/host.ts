@@ -3,6 +3,7 @@
 // circle with proxy/server.ts).
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
 import type { Approvals } from "../proxy/approvals.js";
+import type { Launches } from "../proxy/launches.js";
 import type { Runtime } from "../proxy/runtime.js";
 import type { SharedState } from "../secrets/fleet/shared-state.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
@@ -20,6 +21,8 @@ export interface AdminHost {
   readonly logins: OAuthLogins;
   /** Requests held by `approve` rules: list, approve, deny, and a change event for live views. */
   readonly approvals: Approvals;
+  /** `run --isolate` launches and their client identities (decision 114). */
+  readonly launches: Launches;
   /** Where marks and logins are shared (the home, or a fleet's Redis), for `status`. */
   readonly sharedState: Pick<SharedState, "health" | "mcp">;
   /** When the last reload was rejected, and why. */

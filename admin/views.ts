@@ -246,8 +246,17 @@ export function overviewPart(report: StatusReport, f: FormContext): Html {
 ${sharedStateFact(report.state)}
 </section>
 ${report.reload === undefined ? "" : html`<p class="flash error">Reload rejected ${relative(report.reload.rejectedAt)}: ${report.reload.message}</p>`}
+${launchesFact(report)}
 <h2>Providers</h2>
 ${report.providers.length === 0 ? html`<p class="empty card">No provider has a credential yet.</p>` : report.providers.map((p) => providerCard(p, f))}`;
+}
+
+/** `run --isolate` launches running now (decision 114): id, client, command, start. */
+function launchesFact(report: StatusReport): Html | string {
+  const launches = report.launches ?? [];
+  if (launches.length === 0) return "";
+  return html`<h2>Isolated launches</h2>
+<ul class="card">${launches.map((l) => html`<li><code>${l.id}</code> · ${l.client} · <code class="wrap">${l.command}</code> · started ${relative(l.startedAt)}</li>`)}</ul>`;
 }
 
 export function approvalsPart(pending: readonly ApprovalView[], f: FormContext): Html {
@@ -315,7 +324,7 @@ export function auditPart(lines: readonly AuditRecord[], chains: readonly ChainS
     return html`<tr>
 <td data-label="Time"><time datetime="${r.time}">${r.time.slice(11, 19)}</time></td>
 <td data-label="Decision"><span class="badge ${kind}">${r.decision}</span></td>
-<td data-label="Who">${r.client === undefined && r.provider === undefined ? "—" : `${r.client ?? "—"} → ${r.provider ?? "—"}`}</td>
+<td data-label="Who">${r.client === undefined && r.provider === undefined ? "—" : `${r.client ?? "—"}${r.launch === undefined ? "" : ` (launch ${r.launch})`} → ${r.provider ?? "—"}`}</td>
 <td data-label="Request" class="req"><code>${request}</code></td>
 <td data-label="Status" class="num">${r.status ?? ""}</td>
 <td data-label="Detail" class="why">${r.credential === undefined ? "" : html`<code>${r.credential}</code> `}${why}</td>

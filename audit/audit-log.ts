@@ -43,6 +43,8 @@ export const SECURITY_DECISIONS = [
   "admin_login",
   "admin_login_failed",
   "admin_logout",
+  "launch_started",
+  "launch_ended",
 ] as const;
 
 export const AUDIT_DECISIONS = [
@@ -64,6 +66,8 @@ export interface AuditEntry {
   /** Defaults to the moment `record()` is called. */
   readonly time?: Date | number | string;
   readonly client?: string;
+  /** The `run --isolate` launch the request came from (decision 114). */
+  readonly launch?: string | undefined;
   readonly provider?: string;
   /** The credential's id (e.g. `OPENAI_API_KEY`), never its value. */
   readonly credential?: string;
@@ -96,6 +100,7 @@ export interface AuditRecord {
   readonly time: string;
   readonly decision: AuditDecision;
   readonly client?: string;
+  readonly launch?: string;
   readonly provider?: string;
   readonly credential?: string;
   readonly fingerprint?: string;
@@ -240,6 +245,7 @@ function serialize(
     time: isoTime(entry.time ?? at),
     decision: entry.decision,
     client: entry.client,
+    launch: entry.launch,
     provider: entry.provider,
     credential: entry.credential,
     fingerprint: entry.fingerprint,

@@ -7,7 +7,7 @@
 // A target counts every request it sends and every error it sees. checkRun() then compares
 // those counts with the upstream's own (requests that arrived, carrying exactly the real key, and
 // mismatches); a run that does not add up is an error, never a row in the table.
-import { Agent, ProxyAgent } from "undici";
+import { Agent, Pool, ProxyAgent } from "undici";
 import { PLACEHOLDER, REAL_KEY, WILD_PLACEHOLDER } from "./broker.mjs";
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
@@ -50,6 +50,10 @@ export function makeTarget({ name, upstream, broker }) {
       if (viaBroker) {
         return new ProxyAgent({
           uri: broker.proxyUrl,
+          // The isolated variant: the proxy is a unix socket into the launch (bench/isolated.mjs).
+          ...(broker.socketPath
+            ? { clientFactory: (origin) => new Pool(origin, { socketPath: broker.socketPath }) }
+            : {}),
           requestTls: { ca: broker.caPem },
           ...KEEP_ALIVE,
           ...TIMEOUTS,

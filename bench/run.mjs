@@ -35,6 +35,7 @@ import { parseArgs } from "node:util";
 import { BROKER_MAIN, startBroker, startRedis, startUpstream } from "./broker.mjs";
 import { BENCH_DOMAIN } from "./certs.mjs";
 import { checkRun, InvalidRunError, makeControl, makeTarget } from "./client.mjs";
+import { isolateBroker, launchCost } from "./isolated.mjs";
 import { cpuSeconds, machineCpu, memoryMiB, startChild, stopAll, stopChild } from "./procs.mjs";
 import * as scenarios from "./scenarios.mjs";
 import { median, nowMs, sharedClockMs, sleep } from "./stats.mjs";
@@ -385,7 +386,16 @@ async function main() {
       for (const v of variants) if (v.redis) v.top = `state: ${redis.url}`;
       for (const variant of variants) {
         try {
-          const broker = await brokerFor(`variant-${variant.name}`, variant);
+          const plain = await brokerFor(`variant-${variant.name}`, variant);
+          const broker = variant.isolated
+            ? await isolateBroker(plain, { dir: tmpDir, home, name: `variant-${variant.name}` })
+            : plain;
+          if (variant.isolated) {
+            variant.launch = launchCost(plain, home);
+            log(
+              `variant ${variant.name}: per launch ${variant.launch.isolated_ms.toFixed(0)} ms isolated, ${variant.launch.plain_ms.toFixed(0)} ms plain`,
+            );
+          }
           running.push({
             variant,
             broker,

@@ -7,7 +7,7 @@ import type { RunningBroker } from "./context.js";
 export async function adminRequest<T>(
   home: string,
   broker: RunningBroker,
-  method: "GET" | "POST",
+  method: "GET" | "POST" | "DELETE",
   action: string,
   body?: unknown,
 ): Promise<T> {

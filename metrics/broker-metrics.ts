@@ -3,7 +3,9 @@
 // refreshes and approvals by whoever takes them. Nothing here is Prometheus yet: the cells are
 // turned into series only when /metrics is scraped (metrics/registry.ts), so a broker nobody
 // scrapes pays only for the increments.
+
 import type { Exchange } from "../proxy/exchange.js";
+import type { LaunchInfo } from "../proxy/launches.js";
 import { Buckets, LabelledCounts, STATUS_CLASSES, statusClassIndex, type TrafficCell } from "./counts.js";
 
 /** Upper bounds of the broker overhead histogram, ms (the bar is 0.3 ms, SPEC §14). */
@@ -41,6 +43,8 @@ export class BrokerMetrics {
   approvalsPending = 0;
   /** Requests refused with approvals_full: this broker held as many as approvals.max_* allow. */
   approvalsFull = 0;
+  /** The `run --isolate` launches running now (set by the broker; decision 114). */
+  launches: () => readonly LaunchInfo[] = () => [];
 
   /**
    * One request's outcome, called once per request where its audit line is written. A few Map

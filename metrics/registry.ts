@@ -224,6 +224,18 @@ export function createRegistry(metrics: BrokerMetrics, credentials: CredentialSo
       this.set(metrics.approvalsPending);
     },
   });
+  new Gauge({
+    name: "keybroker_launch_start_time_seconds",
+    help: "Each run --isolate launch running now (its id, client and command), by when it started",
+    labelNames: ["launch", "client", "command"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const l of metrics.launches()) {
+        this.set({ launch: l.id, client: l.client, command: l.command }, Date.parse(l.startedAt) / 1000);
+      }
+    },
+  });
   countsCounter(
     registry,
     "keybroker_approvals_answered_total",

@@ -14,6 +14,8 @@ export interface ConnectInfo {
   readonly port: number;
   /** The client that authenticated the CONNECT. */
   readonly client: string;
+  /** The `run --isolate` launch that authenticated it, if one did (proxy/launches.ts). */
+  readonly launch?: string | undefined;
 }
 
 const INFO = Symbol("keybroker.connect");

@@ -11,6 +11,7 @@ import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
 import type { Secret } from "../secrets/secret.js";
 import type { HeaderList } from "./headers.js";
+import type { LaunchInfo } from "./launches.js";
 import { ScrubPatterns } from "./scrub-stream.js";
 
 /** What a service-account signer reads and sets on a request; an Exchange is one. */
@@ -68,6 +69,8 @@ async function withAliasCredential(rule: ProviderRule, resolver: SecretResolver)
 export interface ClientState {
   readonly rule: ClientRule;
   readonly token: Secret | undefined;
+  /** Set when a `run --isolate` launch acts as this client (proxy/launches.ts). */
+  readonly launch?: LaunchInfo;
 }
 
 export class Runtime {

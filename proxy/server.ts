@@ -57,6 +57,7 @@ import { connectInfo, intercept, tunnel } from "./engine.js";
 import type { Exchange, Mode } from "./exchange.js";
 import type { ForwardResult } from "./forward.js";
 import { forwardableRequestHeaders, setHeader } from "./headers.js";
+import { Launches } from "./launches.js";
 import { requestStages, runStages, type Stage } from "./pipeline.js";
 import { assertHostHeader, interceptedPath } from "./request-target.js";
 import { type ClientState, type ProviderState, Runtime } from "./runtime.js";
@@ -154,6 +155,8 @@ export class Broker implements AdminHost {
   readonly #adminTls: Server | undefined;
   /** Requests per client and provider over the last 24 h, for the admin page. */
   readonly usage = new Usage();
+  /** `run --isolate` launches, each with its own client identity (decision 114). */
+  readonly launches = new Launches();
   /** What /metrics reports (SPEC §18), counted as things happen. */
   readonly metrics = new BrokerMetrics();
   readonly #metricsEndpoint: MetricsEndpoint;
@@ -238,6 +241,7 @@ export class Broker implements AdminHost {
     });
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
+    this.metrics.launches = () => this.launches.list();
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
     if (!isLoopbackHost(rt.rules.listen.host)) {
       this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
@@ -414,6 +418,11 @@ export class Broker implements AdminHost {
     this.#audit?.record(entry);
   }
 
+  /** Serves a connection accepted elsewhere: an isolated launch's listener (decision 115). */
+  acceptConnection(socket: Socket): void {
+    this.#outer.emit("connection", socket);
+  }
+
   /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */
   reloadRules(): Promise<void> {
     return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));
@@ -529,7 +538,9 @@ export class Broker implements AdminHost {
   #authenticate(header: string | undefined): ClientState {
     const { user, password } = proxyCredentials(header);
     const rt = this.#rt;
-    const client = rt.authenticate(user, password);
+    const launch = this.launches.authenticate(rt, user, password);
+    if (launch !== undefined && launch !== null) return launch;
+    const client = launch === null ? undefined : rt.authenticate(user, password);
     if (client !== undefined) return client;
     const name = user === undefined || user === "" ? "default" : user.slice(0, 64);
     const known = [...rt.clients.keys()].join(", ");
@@ -572,7 +583,7 @@ export class Broker implements AdminHost {
         intercept(
           socket,
           head,
-          { ...target, client: client.rule.name },
+          { ...target, client: client.rule.name, launch: client.launch?.id },
           this.#minter,
           this.#inner,
           rt.rules.timeouts.handshakeMs,
@@ -587,6 +598,7 @@ export class Broker implements AdminHost {
         this.#audit?.record({
           decision: refused ? "blocked" : "passthrough",
           client: client.rule.name,
+          launch: client.launch?.id,
           method: "CONNECT",
           host: where,
           status: outcome === undefined ? 200 : outcome.status,
@@ -643,7 +655,12 @@ export class Broker implements AdminHost {
   /** Where an intercepted request goes: the host and port its CONNECT named. */
   #interceptedTarget(req: IncomingMessage): Target {
     const info = connectInfo(req.socket);
-    const client = info === undefined ? undefined : this.#rt.clients.get(info.client);
+    const client =
+      info === undefined
+        ? undefined
+        : info.launch === undefined
+          ? this.#rt.clients.get(info.client)
+          : this.launches.state(this.#rt, info.launch);
     if (info === undefined || client === undefined) {
       throw new BrokerError("client_unauthorized", "the client of this connection is no longer configured");
     }
@@ -945,6 +962,7 @@ export class Broker implements AdminHost {
     this.#audit.record({
       decision,
       client: x.client.rule.name,
+      launch: x.client.launch?.id,
       provider: x.provider?.rule.id,
       credential: x.secret?.id,
       fingerprint: x.secret?.fingerprint,
@@ -1036,6 +1054,7 @@ export class Broker implements AdminHost {
     this.#audit?.record({
       decision: e.decision === "fallback" ? "retried" : e.decision,
       client: x.client.rule.name,
+      launch: x.client.launch?.id,
       provider: e.provider,
       credential: e.credential,
       method: x.req.method ?? "GET",

@@ -6,6 +6,7 @@ import type { StateHealth } from "../secrets/fleet/shared-state.js";
 import type { StoredLogin } from "../secrets/oauth/login.js";
 import type { CredentialState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
+import type { LaunchInfo } from "./launches.js";
 import type { Runtime } from "./runtime.js";
 
 export interface CredentialStatus {
@@ -51,6 +52,8 @@ export interface StatusReport {
   readonly audit?: readonly AuditHealth[];
   /** Where marks and logins are shared (absent when no broker runs). */
   readonly state?: StateHealth;
+  /** The `run --isolate` launches running now (absent when no broker runs). */
+  readonly launches?: readonly LaunchInfo[];
 }
 
 /** An OAuth login as a pool credential: its marks, or reauth_required, and its token's times. */
@@ -181,6 +184,10 @@ export function formatStatus(report: StatusReport): string {
           : "";
       lines.push(`  ${c.id}  ${from}  ${c.state}${until}${reason}${token}  requests ${c.requests}`);
     }
+  }
+  // `run --isolate` launches running now, each with its own identity (decision 114).
+  for (const l of report.launches ?? []) {
+    lines.push(`launch ${l.id}  client ${l.client}  since ${l.startedAt}  ${l.command}`);
   }
   return lines.join("\n");
 }

@@ -80,6 +80,7 @@ export function compileRules(file: RuleFile, origin: string, baseDir: string, us
       ]),
     ),
     clients: compileClients(file.clients ?? undefined, ctx),
+    runIsolate: file.run?.isolate ?? undefined,
     approvals: {
       timeoutMs:
         (file.approvals?.timeout === undefined ? undefined : parseDuration(file.approvals.timeout)) ??
@@ -191,6 +192,7 @@ function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
       ...(matcher.case === "insensitive" ? { ignoreCase: true as const } : {}),
       ...(matcher.roles === undefined ? {} : { roles: list(matcher.roles) }),
       ...(matcher.clients === undefined ? {} : { clients: list(matcher.clients) }),
+      ...(matcher.launch === undefined ? {} : { launches: list(matcher.launch) }),
       ...durationField("timeoutMs", matcher.timeout),
     };
   });

@@ -371,6 +371,11 @@ const policyMatcherSchema = strict({
   roles: oneOrMany(role, "a role or a list of roles").optional(),
   /** The rule applies only to these clients. */
   clients: oneOrMany(clientName, "a client name or a list of client names").optional(),
+  /** The rule applies only to `run --isolate` launches of these commands (decision 117). */
+  launch: oneOrMany(
+    matching(/^[^\s/]+$/, "a command name", "is not a command name — give its base name, as in claude"),
+    "a command name or a list of command names",
+  ).optional(),
   /** approve only: how long a held request waits for an answer (default approvals.timeout). */
   timeout: positiveDuration.optional(),
 });
@@ -758,6 +763,10 @@ export const ruleFileSchema = strict({
     .record(clientName, clientSchema.nullable(), expect("a map of client names to clients"))
     .nullish(),
   catalogue: z.boolean(expect("true or false")).optional(),
+  /** `keybroker run` (decision 116): isolate by default (true), or run plainly without the notice (false). */
+  run: strict({
+    isolate: z.boolean(expect("true or false")).optional(),
+  }).nullish(),
   /** Requests held by `approve` rules (SPEC §16). */
   approvals: strict({
     /** How long a held request waits for an answer; a rule's own timeout wins. Default 120s. */

@@ -44,6 +44,8 @@ export interface PolicyRule {
   readonly roles?: readonly Role[];
   /** Only these clients; unset = every client. */
   readonly clients?: readonly string[];
+  /** `launch:` only `run --isolate` launches of these commands (base names); unset = anyone. */
+  readonly launches?: readonly string[];
   /** approve: how long a held request waits; unset = `approvals.timeoutMs`. */
   readonly timeoutMs?: number;
 }
@@ -223,6 +225,8 @@ export interface Rules {
     Record<string, Readonly<Record<string, Readonly<Record<string, string>>>>>
   >;
   readonly clients: readonly ClientRule[];
+  /** `run: { isolate }` (decision 116): true isolates by default; false silences the notice. */
+  readonly runIsolate?: boolean | undefined;
   /**
    * Requests held by `approve` rules: how long they wait by default, and how many (and how many
    * bytes of body) this broker holds at once.

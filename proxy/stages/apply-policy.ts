@@ -5,9 +5,16 @@ import { BrokerError } from "../../core/errors.js";
 import type { PolicyRule } from "../../rules/types.js";
 import type { Exchange } from "../exchange.js";
 
+/** Whether the request comes from a `run --isolate` launch of one of `commands` (decision 117). */
+function launchedAs(commands: readonly string[], x: Exchange): boolean {
+  const command = x.client.launch?.command;
+  return command !== undefined && commands.includes(command.split(" ", 1)[0]!);
+}
+
 function matches(rule: PolicyRule, x: Exchange, method: string, path: string): boolean {
   if (rule.roles !== undefined && !rule.roles.includes(x.client.rule.role)) return false;
   if (rule.clients !== undefined && !rule.clients.includes(x.client.rule.name)) return false;
+  if (rule.launches !== undefined && !launchedAs(rule.launches, x)) return false;
   if (rule.methods.length > 0 && !rule.methods.includes(method)) return false;
   if (rule.paths.length === 0) return true;
   return micromatch.isMatch(path, rule.paths as string[], { dot: true, nocase: rule.ignoreCase === true });

@@ -1,0 +1,101 @@
+// Per-launch client identities (docs/decisions.md, decision 114): `keybroker run --isolate`
+// asks the broker for one before it starts the agent and gives it back when the agent exits.
+// A launch authenticates as `launch-<id>` with its own token and acts as the client it was
+// minted for, with the role `user` at most: a launch is never an owner or admin, whatever the
+// client is. Launches live in the broker's memory only and survive reloads (the client is
+// looked up again in each new rule set).
+import { randomBytes } from "node:crypto";
+import { sameToken } from "../core/same-token.js";
+import type { ClientState, Runtime } from "./runtime.js";
+
+/** What names a launch in the audit log, `status`, metrics and the admin page. */
+export interface LaunchInfo {
+  readonly id: string;
+  /** The client the launch acts as. */
+  readonly client: string;
+  /** The command line, as `run` was given it (at most 200 characters). */
+  readonly command: string;
+  readonly startedAt: string;
+}
+
+interface Launch extends LaunchInfo {
+  readonly token: string;
+}
+
+/** The proxy user name a launch authenticates with. */
+export const LAUNCH_USER_PREFIX = "launch-";
+/** More launches than this at once is a runaway loop, not a person's agents. */
+const MAX_LAUNCHES = 1000;
+
+export class Launches {
+  readonly #byId = new Map<string, Launch>();
+  /** Derived client states, per rule set (a reload builds new ones). */
+  #derived = new WeakMap<Runtime, Map<string, ClientState>>();
+
+  /** A new launch for `client`: its id and the token only its agent gets. */
+  mint(client: string, command: string): LaunchInfo & { token: string } {
+    if (this.#byId.size >= MAX_LAUNCHES) throw new Error(`more than ${MAX_LAUNCHES} launches at once`);
+    const launch: Launch = {
+      id: randomBytes(6).toString("hex"),
+      client,
+      command: command.length > 200 ? `${command.slice(0, 199)}…` : command,
+      startedAt: new Date().toISOString(),
+      token: randomBytes(24).toString("base64url"),
+    };
+    this.#byId.set(launch.id, launch);
+    return launch;
+  }
+
+  /** Ends a launch: its token stops working at once. Returns it, or undefined if unknown. */
+  revoke(id: string): LaunchInfo | undefined {
+    const launch = this.#byId.get(id);
+    if (launch === undefined) return undefined;
+    this.#byId.delete(id);
+    this.#derived = new WeakMap();
+    return info(launch);
+  }
+
+  list(): LaunchInfo[] {
+    return [...this.#byId.values()].map(info);
+  }
+
+  /**
+   * The client state a proxy credential names when its user is `launch-<id>`: undefined when
+   * the user is not a launch's; null when it is one but the token, the launch or its client is
+   * unknown (refused).
+   */
+  authenticate(
+    rt: Runtime,
+    user: string | undefined,
+    password: string | undefined,
+  ): ClientState | null | undefined {
+    if (user === undefined || !user.startsWith(LAUNCH_USER_PREFIX)) return undefined;
+    const launch = this.#byId.get(user.slice(LAUNCH_USER_PREFIX.length));
+    if (launch === undefined || password === undefined || !sameToken(password, launch.token)) return null;
+    return this.state(rt, launch.id) ?? null;
+  }
+
+  /** The client state of a launch that still runs (for requests on a connection it opened). */
+  state(rt: Runtime, id: string): ClientState | undefined {
+    const launch = this.#byId.get(id);
+    if (launch === undefined) return undefined;
+    let states = this.#derived.get(rt);
+    if (states === undefined) {
+      states = new Map();
+      this.#derived.set(rt, states);
+    }
+    let state = states.get(launch.id);
+    if (state === undefined) {
+      const base = rt.clients.get(launch.client);
+      if (base === undefined) return undefined;
+      const role = base.rule.role === "guest" ? "guest" : "user";
+      state = { rule: { ...base.rule, role }, token: base.token, launch: info(launch) };
+      states.set(launch.id, state);
+    }
+    return state;
+  }
+}
+
+function info(l: Launch): LaunchInfo {
+  return { id: l.id, client: l.client, command: l.command, startedAt: l.startedAt };
+}
