@@ -10,7 +10,7 @@ import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
 import { parseHostPattern } from "./host-pattern.js";
 import { chooseKind, kindOf } from "./kinds/index.js";
 import { effectiveMount, effectivePlaceholderEnv, mcpBinding, mergeProviders } from "./provider-defaults.js";
-import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema.js";
+import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import type {
   ClientRule,
   InjectSpec,

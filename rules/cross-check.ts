@@ -16,7 +16,7 @@ import {
   mcpBinding,
   mergeProviders,
 } from "./provider-defaults.js";
-import { CLIENT_NAME, PROVIDER_ID } from "./schema.js";
+import { CLIENT_NAME, PROVIDER_ID } from "./schema/index.js";
 
 type Raw = Record<string, unknown>;
 

@@ -1,7 +1,7 @@
 // How a rule file's providers combine with the embedded catalogue, and the defaults that depend
 // on a provider's id. Shared by the cross-checks (which see the raw file) and the compiler.
 import { CATALOGUE } from "./catalogue.js";
-import type { ProviderInput } from "./schema.js";
+import type { ProviderInput } from "./schema/index.js";
 
 export interface MergedProvider<T> {
   readonly id: string;
