@@ -11,9 +11,11 @@ import { parseHostPattern } from "./host-pattern.js";
 import { chooseKind, kindOf } from "./kinds/index.js";
 import { effectiveMount, effectivePlaceholderEnv, mcpBinding, mergeProviders } from "./provider-defaults.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
+import { OAUTH_AS_WRITTEN } from "./schema/oauth.js";
 import type {
   ClientRule,
   InjectSpec,
+  OAuthAsWritten,
   OAuthSpec,
   PolicyRule,
   ProviderAuth,
@@ -304,6 +306,10 @@ function compileProvider(
   };
 }
 
+function camelCase(key: string): string {
+  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
 export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
 export const DEFAULT_OAUTH_TOKEN_TIMEOUT_MS = 10_000;
 
@@ -316,27 +322,20 @@ function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context, 
         : oauth.authorization_endpoint !== undefined
           ? "pkce"
           : "device"));
-  const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } =>
-    (value === undefined ? {} : { [key]: value }) as { [P in K]?: string };
+  const asWritten = Object.fromEntries(
+    OAUTH_AS_WRITTEN.flatMap((key) => (oauth[key] === undefined ? [] : [[camelCase(key), oauth[key]]])),
+  ) as OAuthAsWritten;
   return {
     grant,
-    ...optional("issuer", oauth.issuer),
-    ...optional("deviceAuthorizationEndpoint", oauth.device_authorization_endpoint),
-    ...optional("authorizationEndpoint", oauth.authorization_endpoint),
-    ...optional("tokenEndpoint", oauth.token_endpoint),
-    ...optional("revocationEndpoint", oauth.revocation_endpoint),
+    ...asWritten,
     clientId: oauth.client_id ?? "",
-    ...optional(
-      "clientSecret",
-      oauth.client_secret === undefined
-        ? undefined
-        : absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome),
-    ),
+    ...(oauth.client_secret === undefined
+      ? {}
+      : { clientSecret: absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome) }),
     clientAuth: oauth.client_secret === undefined ? "none" : (oauth.client_auth ?? "client_secret_basic"),
     scopes: [...(oauth.scopes ?? [])],
     authorizeParams: { ...(oauth.authorize_params ?? {}) },
     tokenParams: { ...(oauth.token_params ?? {}) },
-    ...optional("redirectUri", oauth.redirect_uri),
     tokenHeaders: Object.fromEntries(
       Object.entries(oauth.token_headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]),
     ),

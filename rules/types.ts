@@ -2,6 +2,7 @@
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
 import type { ProviderKindName } from "./kinds/kind.js";
+import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -74,16 +75,24 @@ export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
 export type OAuthGrant = "device" | "pkce" | "client_credentials";
 
+/** `device_authorization_endpoint` → `deviceAuthorizationEndpoint`. */
+type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}`
+  ? `${Head}${Capitalize<CamelCase<Tail>>}`
+  : S;
+
+/**
+ * The `oauth:` keys compiled as written, only camel-cased: the issuer (RFC 8414: endpoints not
+ * listed are discovered from its metadata), the endpoints, the redirect URI. Their type is the
+ * schema's (rules/schema/oauth.ts), their list is compile.ts's `OAUTH_AS_WRITTEN`.
+ */
+export type OAuthAsWritten = {
+  readonly [K in (typeof OAUTH_AS_WRITTEN)[number] as CamelCase<K>]?: NonNullable<OAuthInput[K]>;
+};
+
 /** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
-export interface OAuthSpec {
+export interface OAuthSpec extends OAuthAsWritten {
   /** The grant `auth add` uses (or, for client_credentials, the broker itself). */
   readonly grant: OAuthGrant;
-  /** RFC 8414 issuer: endpoints not listed are discovered from its metadata. */
-  readonly issuer?: string;
-  readonly deviceAuthorizationEndpoint?: string;
-  readonly authorizationEndpoint?: string;
-  readonly tokenEndpoint?: string;
-  readonly revocationEndpoint?: string;
   /** The client's id; "" for an MCP server without one configured (registered at login). */
   readonly clientId: string;
   /** Credential reference of the client secret (confidential clients). */
@@ -93,7 +102,6 @@ export interface OAuthSpec {
   readonly scopes: readonly string[];
   readonly authorizeParams: Readonly<Record<string, string>>;
   readonly tokenParams: Readonly<Record<string, string>>;
-  readonly redirectUri?: string;
   /** Headers set on every request to the authorization server. */
   readonly tokenHeaders: Readonly<Record<string, string>>;
   /** Cap on every answer read from the authorization server. */

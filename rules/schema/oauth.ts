@@ -85,6 +85,16 @@ export const oauthSchema = strict({
 });
 
 export type OAuthInput = z.infer<typeof oauthSchema>;
+
+/** The `oauth:` keys compiled as written, only camel-cased (`OAuthAsWritten` in types.ts). */
+export const OAUTH_AS_WRITTEN = [
+  "issuer",
+  "device_authorization_endpoint",
+  "authorization_endpoint",
+  "token_endpoint",
+  "revocation_endpoint",
+  "redirect_uri",
+] as const satisfies readonly (keyof OAuthInput)[];
 export type RefineContext = z.core.$RefinementCtx<unknown>;
 
 /** What an `oauth:` block needs beside a provider without `mcp:` (an MCP server discovers it). */
