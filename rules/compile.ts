@@ -7,9 +7,10 @@ import { splitCommandLine } from "../core/command-line.js";
 import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
+import { effectiveProvider } from "./effective-provider.js";
 import { parseHostPattern } from "./host-pattern.js";
-import { chooseKind, kindOf } from "./kinds/index.js";
-import { effectiveMount, effectivePlaceholderEnv, mcpBinding, mergeProviders } from "./provider-defaults.js";
+import { kindOf } from "./kinds/index.js";
+import { mergeProviders } from "./provider-defaults.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import { OAUTH_AS_WRITTEN } from "./schema/oauth.js";
 import type {
@@ -231,18 +232,10 @@ function compileProvider(
   ctx: Context,
 ): ProviderRule {
   // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
-  const mcp = mcpBinding(given.mcp);
+  const shape = effectiveProvider(id, given, catalogueEntry);
+  const { kind, mcp, env } = shape;
   const input: ProviderInput =
-    mcp === undefined
-      ? given
-      : { ...given, hosts: [mcp.host], upstream: mcp.upstream, credentials: [], oauth: given.oauth ?? {} };
-  const kind = chooseKind(input);
-  const env = effectivePlaceholderEnv(
-    id,
-    input.placeholder?.env,
-    catalogueEntry,
-    kindOf({ kind }).derivedEnv,
-  );
+    mcp === undefined ? given : { ...given, credentials: [], oauth: given.oauth ?? {} };
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
@@ -262,15 +255,15 @@ function compileProvider(
     pool.retry_body_limit === undefined ? undefined : parseByteSize(pool.retry_body_limit);
   const cooldownMs = pool.cooldown === undefined ? undefined : parseDuration(pool.cooldown);
 
-  const mount = effectiveMount(id, input.mount, input.upstream);
-  const upstream = input.upstream === undefined ? undefined : input.upstream.replace(/\/+$/, "");
+  const mount = shape.mount;
+  const upstream = typeof shape.upstream === "string" ? shape.upstream.replace(/\/+$/, "") : undefined;
   const auth = compileAuth(input.auth, ctx);
   const oauth = input.oauth;
 
   return {
     id,
     kind,
-    hosts: (input.hosts ?? []).map(parseHostPattern),
+    hosts: ((shape.hosts ?? []) as readonly string[]).map(parseHostPattern),
     inject: compileInject(input.inject),
     credentials,
     credentialAliases,

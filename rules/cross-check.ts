@@ -4,18 +4,12 @@
 // reported in one go. Whatever is malformed here is the schema's to report, and skipped.
 import { hostPortKey, isLoopbackHost, parseHostPort } from "./address.js";
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
+import { effectiveProvider } from "./effective-provider.js";
 import type { PathProblem } from "./errors.js";
 import { suggest } from "./errors.js";
 import { hostPatternKey, parseHostPattern } from "./host-pattern.js";
-import { kindOfEntry } from "./kinds/index.js";
-import {
-  effectiveMount,
-  effectivePlaceholderEnv,
-  isOAuthOnly,
-  type MergedProvider,
-  mcpBinding,
-  mergeProviders,
-} from "./provider-defaults.js";
+import { kindOf, kindOfEntry } from "./kinds/index.js";
+import { isOAuthOnly, type MergedProvider, mergeProviders } from "./provider-defaults.js";
 import { CLIENT_NAME, PROVIDER_ID } from "./schema/index.js";
 
 type Raw = Record<string, unknown>;
@@ -104,11 +98,10 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     const input = provider.input as Raw;
     const at = (...rest: PropertyKey[]): PropertyKey[] => ["providers", id, ...rest];
     // An MCP server (SPEC §15) binds its URL's host and serves its origin at the mount.
-    const mcp = mcpBinding(input.mcp);
-    const hosts = mcp !== undefined ? [mcp.host] : Array.isArray(input.hosts) ? input.hosts : undefined;
+    const shape = effectiveProvider(id, input, provider.catalogueEntry);
+    const { mcp, hosts, upstream } = shape;
     const mount = input.mount;
-    const upstream = input.upstream ?? mcp?.upstream;
-    const kind = kindOfEntry(input);
+    const kind = kindOf(shape);
 
     if (mount !== undefined && upstream === undefined) {
       problems.push({
@@ -164,7 +157,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
     }
 
-    const effective = effectiveMount(id, mount, upstream);
+    const effective = shape.mount;
     if (effective !== undefined) {
       const other = mountOwners.get(effective);
       if (other === undefined) mountOwners.set(effective, provider);
@@ -176,10 +169,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
     }
 
-    const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    for (const env of new Set(
-      effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, kind.derivedEnv),
-    )) {
+    for (const env of new Set(shape.env)) {
       const envOwner = envOwners.get(env);
       if (envOwner === undefined) envOwners.set(env, provider);
       else {
