@@ -5,6 +5,20 @@
 // heap, so that its pid keeps serving with nothing to read there (docs/decisions.md, 119).
 import { closeSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
 
+/** Every variable blanked so far: the programs this process starts do not inherit them either. */
+const hidden = new Set<string>();
+
+/**
+ * `env` without the variables this process blanked in its own environment: what a program it
+ * starts (a `cmd:` source, `notify`) gets, so its `/proc/<pid>/environ` holds no key either.
+ */
+export function childEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  if (hidden.size === 0) return env;
+  const out = { ...env };
+  for (const name of hidden) delete out[name];
+  return out;
+}
+
 /** What `blankInitialValues` did: the names blanked, or why it could not. */
 export type BlankResult = { readonly blanked: string[] } | { readonly unsupported: string };
 
@@ -32,6 +46,7 @@ function blockBounds(): { start: number; end: number } {
  * or where `/proc/self/mem` cannot be written, it says why.
  */
 export function blankInitialValues(names: ReadonlySet<string>): BlankResult {
+  for (const name of names) hidden.add(name);
   if (process.platform !== "linux") return { unsupported: `not available on ${process.platform}` };
   let fd: number | undefined;
   try {

@@ -7,6 +7,7 @@
 // is dropped with one warning, so a slow chat cannot pile up processes. What the command prints
 // is ignored. The events hold ids, never a secret: callers build them from names only.
 import { spawn } from "node:child_process";
+import { childEnvironment } from "./initial-environ.js";
 
 export interface NotifyEvent {
   /** `approval_pending`, `reauth_required`, ... */
@@ -97,7 +98,7 @@ export class Notifier {
       else this.#dropping = false;
     };
     const child = spawn(file, args, {
-      env: this.#opts.env ?? process.env,
+      env: childEnvironment(this.#opts.env ?? process.env),
       stdio: ["pipe", "ignore", "ignore"],
       shell: false,
       detached: true,

@@ -4,6 +4,7 @@
 // the command and how it ended, never what it printed: that could be the secret.
 import { spawn } from "node:child_process";
 import { splitCommandLine } from "../core/command-line.js";
+import { childEnvironment } from "../core/initial-environ.js";
 import { RefreshCache, seconds } from "./refresh-cache.js";
 import { fromValue, type Lookup, type SecretSource } from "./source.js";
 
@@ -31,7 +32,7 @@ export function runCommand(
   const shown = `(${opts.label ?? argv.join(" ")})`;
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {
-      env: opts.env,
+      env: childEnvironment(opts.env),
       ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }),
       stdio: ["ignore", "pipe", "ignore"],
       shell: false,
