@@ -146,16 +146,13 @@ export const DEFAULT_TIMEOUTS: Timeouts = {
   upstreamMs: 30 * 60_000,
 };
 
+/** Each `timeouts:` key given, in milliseconds, over its default (`keep_alive` → `keepAliveMs`). */
 function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
-  const ms = (value: string | number | undefined, fallback: number) =>
-    (value === undefined ? undefined : parseDuration(value)) ?? fallback;
-  return {
-    handshakeMs: ms(t?.handshake, DEFAULT_TIMEOUTS.handshakeMs),
-    headersMs: ms(t?.headers, DEFAULT_TIMEOUTS.headersMs),
-    keepAliveMs: ms(t?.keep_alive, DEFAULT_TIMEOUTS.keepAliveMs),
-    tunnelIdleMs: ms(t?.tunnel_idle, DEFAULT_TIMEOUTS.tunnelIdleMs),
-    upstreamMs: ms(t?.upstream, DEFAULT_TIMEOUTS.upstreamMs),
-  };
+  const given = Object.entries(t ?? {}).flatMap(([key, value]) => {
+    const ms = value === undefined ? undefined : parseDuration(value);
+    return ms === undefined ? [] : [[`${camelCase(key)}Ms`, ms]];
+  });
+  return { ...DEFAULT_TIMEOUTS, ...Object.fromEntries(given) };
 }
 
 function compileListen(listen: RuleFile["listen"]): Rules["listen"] {

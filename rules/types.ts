@@ -1,8 +1,13 @@
 // The compiled rule set: what the broker runs on after a rule file (or the embedded catalogue)
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
+
+import type * as z from "zod";
 import type { ProviderKindName } from "./kinds/kind.js";
+import type { timeoutsSchema } from "./schema/file.js";
 import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
+
+type TimeoutsInput = z.infer<typeof timeoutsSchema>;
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -273,16 +278,10 @@ export interface RedisStateConfig {
   readonly ca?: readonly string[];
 }
 
-/** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */
-export interface Timeouts {
-  /** From the CONNECT's 200 to the end of the client's TLS handshake. */
-  readonly handshakeMs: number;
-  /** Until a request's headers are complete (from the connection, or the request's first byte). */
-  readonly headersMs: number;
-  /** An idle keep-alive connection between requests. */
-  readonly keepAliveMs: number;
-  /** A plain tunnel (a host no rule names) with no byte in either direction. */
-  readonly tunnelIdleMs: number;
-  /** Upstream silence: before its response headers, and between body chunks. */
-  readonly upstreamMs: number;
-}
+/**
+ * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
+ * of `timeouts:` (what each is: rules/schema/file.ts), `tunnel_idle` → `tunnelIdleMs`.
+ */
+export type Timeouts = {
+  readonly [K in keyof TimeoutsInput & string as `${CamelCase<K>}Ms`]: number;
+};

@@ -9,6 +9,20 @@ import { sourcesSchema } from "./sources.js";
 import { stateSchema } from "./state.js";
 import { byteSize, filePath, listenSchema, nonEmpty, notifySchema, positiveDuration } from "./values.js";
 
+/** How long each stage of a client connection, and the upstream, may take (SPEC §3.8). */
+export const timeoutsSchema = strict({
+  /** From the CONNECT's 200 to the end of the client's TLS handshake. */
+  handshake: positiveDuration.optional(),
+  /** Until a request's headers are complete (from the connection, or the request's first byte). */
+  headers: positiveDuration.optional(),
+  /** An idle keep-alive connection between requests. */
+  keep_alive: positiveDuration.optional(),
+  /** A plain tunnel (a host no rule names) with no byte either way for this long is closed. */
+  tunnel_idle: positiveDuration.optional(),
+  /** Upstream silence: before its response headers, and between body chunks. */
+  upstream: positiveDuration.optional(),
+});
+
 export const resolveKey = parsedString('"host:port"', (value) => {
   parseHostPort(value);
 });
@@ -98,14 +112,7 @@ export const ruleFileSchema = strict({
     responses: z.boolean(expect("true or false")).optional(),
   }).nullish(),
   /** How long each stage of a client connection, and the upstream, may take (SPEC §3.8). */
-  timeouts: strict({
-    handshake: positiveDuration.optional(),
-    headers: positiveDuration.optional(),
-    keep_alive: positiveDuration.optional(),
-    /** A plain tunnel (a host no rule names) with no byte either way for this long is closed. */
-    tunnel_idle: positiveDuration.optional(),
-    upstream: positiveDuration.optional(),
-  }).nullish(),
+  timeouts: timeoutsSchema.nullish(),
   limits: strict({
     /** Open client connections; beyond it new ones are refused (default: from the fd limit). */
     connections: z.number(expect("a whole number")).int("must be a whole number").min(1).optional(),
