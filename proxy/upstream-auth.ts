@@ -2,6 +2,7 @@
 // authorized right before it leaves, after every other header change (SPEC §9).
 import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
+import { unhandledKind } from "../rules/kinds/index.js";
 import type { AwsSigV4Auth, GoogleServiceAccountAuth, ProviderRule } from "../rules/types.js";
 import { DEFAULT_GOOGLE_SCOPE, GoogleTokenSource } from "../secrets/google-sa.js";
 import { describeAttempts, type SecretResolver } from "../secrets/resolver.js";
@@ -47,6 +48,8 @@ export function createUpstreamAuth(
     case "client_credentials":
     case "mcp":
       return undefined;
+    default:
+      return unhandledKind(rule.kind);
   }
 }
 

@@ -4,7 +4,7 @@ import { homeKey } from "../../core/home.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
 import { CATALOGUE } from "../../rules/catalogue.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
-import { kindOf } from "../../rules/kinds/index.js";
+import { kindOf, unhandledKind } from "../../rules/kinds/index.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
@@ -249,6 +249,8 @@ async function reportProvider(
       return reportServiceAccount(rule, rules, resolver, out);
     case "key_pool":
       return reportKeyPool(p, rules, out);
+    default:
+      return unhandledKind(rule.kind);
   }
 }
 

@@ -3,11 +3,17 @@ import { awsSigV4 } from "./aws-sigv4.js";
 import { clientCredentials } from "./client-credentials.js";
 import { googleServiceAccount } from "./google-service-account.js";
 import { keyPool } from "./key-pool.js";
-import { chooseKind, type KindKeys, type ProviderKind, type ProviderKindName } from "./kind.js";
+import {
+  chooseKind,
+  type KindKeys,
+  type ProviderKind,
+  type ProviderKindName,
+  unhandledKind,
+} from "./kind.js";
 import { mcp } from "./mcp.js";
 import { oauthLogin } from "./oauth-login.js";
 
-export { chooseKind, type KindKeys, type ProviderKind, type ProviderKindName };
+export { chooseKind, type KindKeys, type ProviderKind, type ProviderKindName, unhandledKind };
 
 const KINDS: Readonly<Record<ProviderKindName, ProviderKind>> = {
   key_pool: keyPool,

@@ -83,3 +83,11 @@ export function chooseKind(entry: KindKeys): ProviderKindName {
   if (has(entry.auth, "aws_sigv4")) return "aws_sigv4";
   return "key_pool";
 }
+
+/**
+ * The `default:` of a `switch (rule.kind)`: a kind the switch forgot is a type error here, and
+ * an error at run time if it ever got through.
+ */
+export function unhandledKind(kind: never): never {
+  throw new Error(`provider kind ${String(kind)} is not handled here`);
+}
