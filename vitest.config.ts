@@ -26,6 +26,7 @@ export default defineConfig({
         "rules/**",
         "cli/**",
         "secrets/**",
+        "state/**",
         "audit/**",
         "core/**",
         "metrics/**",

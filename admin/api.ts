@@ -8,13 +8,13 @@ import { join } from "node:path";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
-import { agentView } from "../proxy/agent-view.js";
-import { providerStatuses, type StatusReport } from "../proxy/status.js";
 import { kindOf } from "../rules/kinds/index.js";
+import { agentView } from "./agent-view.js";
 import { handleApprovals } from "./approvals-api.js";
 import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
 import type { AdminHost } from "./host.js";
 import { handleLaunches } from "./launches-api.js";
+import { providerStatuses, type StatusReport } from "./status.js";
 
 export const ADMIN_PREFIX = "/__keybroker/admin/";
 

@@ -2,7 +2,7 @@
 // to go and the code; the broker waits for the approval in the background and stores the login
 // in the token store, which the running broker follows.
 import { deviceLogin } from "../secrets/oauth/device-login.js";
-import { checkLabel, newLogin } from "../secrets/oauth/login.js";
+import { checkLabel, newLogin } from "../state/tokens/login.js";
 import type { AdminHost } from "./host.js";
 
 export interface DeviceLoginState {

@@ -1,14 +1,23 @@
 // What the admin API and page need from the running broker: a small interface the Broker
 // implements, so admin/ depends on the broker's parts and not on the Broker class (no import
-// circle with proxy/server.ts).
+// cycle with proxy/server.ts: the interfaces here are what proxy/ implements).
 import type { AuditEntry, AuditHealth } from "../audit/audit-log.js";
-import type { Approvals } from "../proxy/approvals.js";
-import type { Launches } from "../proxy/launches.js";
-import type { Runtime } from "../proxy/runtime.js";
-import type { SharedState } from "../secrets/fleet/shared-state.js";
+import type { LaunchDesk } from "../core/launch-info.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import type { PoolState } from "../secrets/pool.js";
+import type { ApprovalView } from "../state/approvals/store.js";
+import type { SharedState } from "../state/shared-state.js";
+import type { RulesInForce } from "./rules-in-force.js";
+
+/** Requests held for approval, as admin/ answers them (proxy/approvals.ts `Approvals` is one). */
+export interface ApprovalDesk {
+  /** Every pending request, oldest first. */
+  list(): Promise<ApprovalView[]>;
+  /** Lets one through (with `forMs`, the same client, provider and rule for a while). */
+  approve(id: string, by: string, forMs?: number): Promise<ApprovalView | undefined>;
+  deny(id: string, by: string): Promise<ApprovalView | undefined>;
+}
 
 export interface AdminHost {
   readonly home: string;
@@ -16,13 +25,13 @@ export interface AdminHost {
   readonly address: { readonly host: string; readonly port: number; readonly url: string };
   readonly startedAt: Date;
   readonly ca: { readonly certPath: string; readonly fingerprint256: string };
-  readonly runtime: Runtime;
+  readonly runtime: RulesInForce;
   readonly pools: PoolState;
   readonly logins: OAuthLogins;
   /** Requests held by `approve` rules: list, approve, deny, and a change event for live views. */
-  readonly approvals: Approvals;
+  readonly approvals: ApprovalDesk;
   /** `run --isolate` launches and their client identities (decision 114). */
-  readonly launches: Launches;
+  readonly launches: LaunchDesk;
   /** Where marks and logins are shared (the home, or a fleet's Redis), for `status`. */
   readonly sharedState: Pick<SharedState, "health" | "mcp">;
   /** When the last reload was rejected, and why. */

@@ -1,6 +1,6 @@
 // HTML for the admin page: a tagged template that escapes every value it is given, so no
 // caller can forget to. Markup made by `html` (or marked with `raw` on purpose) passes as is.
-import { knownSecrets } from "../audit/scrub.js";
+import { knownSecrets } from "../core/scrub.js";
 
 export class Html {
   constructor(readonly text: string) {}

@@ -5,7 +5,7 @@
 //   DELETE launches/<id>     → { launch }
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
-import { LAUNCH_USER_PREFIX, type LaunchInfo } from "../proxy/launches.js";
+import { LAUNCH_USER_PREFIX, type LaunchInfo } from "../core/launch-info.js";
 import type { AdminHost } from "./host.js";
 
 const ROUTE = /^launches(?:\/([0-9a-f]{1,32}))?$/;

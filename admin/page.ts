@@ -12,6 +12,7 @@ import { packageRoot } from "../core/package-root.js";
 import { isLoopbackHost } from "../rules/address.js";
 import { kindOf } from "../rules/kinds/index.js";
 import { parseDuration } from "../rules/units.js";
+import { type AdminRole, IDLE_MS, type Session } from "../state/sessions/store.js";
 import { statusReport } from "./api.js";
 import { ChainChecker, recentAudit } from "./audit-view.js";
 import { answeredBy, callerOfToken } from "./callers.js";
@@ -28,15 +29,7 @@ import {
   SESSION_HEADER,
 } from "./page-http.js";
 import { readPasswordHash, verifyPassword } from "./password.js";
-import {
-  type AdminRole,
-  COOKIE,
-  IDLE_MS,
-  LoginLimiter,
-  type Session,
-  Sessions,
-  sameToken,
-} from "./sessions.js";
+import { COOKIE, LoginLimiter, type Sessions, sameToken } from "./sessions.js";
 import type { Usage } from "./usage.js";
 import {
   actionsFrame,
@@ -78,7 +71,7 @@ export class AdminPage {
   readonly #chains: ChainChecker;
   readonly #static = new Map<string, Buffer>();
 
-  constructor(host: AdminHost, adminToken: string, usage: Usage, sessions = new Sessions()) {
+  constructor(host: AdminHost, adminToken: string, usage: Usage, sessions: Sessions) {
     this.#host = host;
     this.#adminToken = adminToken;
     this.#usage = usage;

@@ -2,56 +2,14 @@
 // and one kept by the page's script in the origin's own storage and sent as a header (decision
 // 104: cookies ignore ports, so the cookie alone must find nothing). An idle timeout of 12 h
 // slides on use (the values stay: no rotation, no expiry loop in the browser), a CSRF token per
-// session, one-time login links. Sessions sit behind SessionStore, so a fleet keeps them in Redis.
+// session, one-time login links. Sessions sit behind SessionStore (state/sessions/): the broker's
+// memory, or a fleet's Redis.
 import { createHash, randomBytes } from "node:crypto";
 import { sameToken } from "../core/same-token.js";
+import { type AdminRole, IDLE_MS, type Session, type SessionStore } from "../state/sessions/store.js";
 
-export const IDLE_MS = 12 * 60 * 60 * 1000;
 export const LINK_MS = 10 * 60 * 1000;
 export const COOKIE = "kb_admin";
-
-export type AdminRole = "owner" | "admin";
-
-export interface Session {
-  /** sessionKey(cookie, page secret): a dump of the store holds neither, and the cookie alone finds nothing. */
-  readonly key: string;
-  readonly role: AdminRole;
-  /** How the session began: "link", "password", "admin token", "client <name>". */
-  readonly via: string;
-  readonly csrf: string;
-  readonly createdAt: number;
-  lastSeen: number;
-  /** A message for the next page shown (the outcome of a change). */
-  flash?: { kind: "ok" | "error"; text: string } | undefined;
-}
-
-/** Where sessions live. In memory for one broker; Redis (SPEC §17) implements the same calls. */
-export interface SessionStore {
-  get(key: string): Promise<Session | undefined>;
-  put(session: Session): Promise<void>;
-  delete(key: string): Promise<void>;
-}
-
-export class MemorySessionStore implements SessionStore {
-  readonly #map = new Map<string, Session>();
-
-  async get(key: string): Promise<Session | undefined> {
-    return this.#map.get(key);
-  }
-
-  async put(session: Session): Promise<void> {
-    this.#map.set(session.key, session);
-    // Idle ones go when the store is written: no timer, and the map cannot grow without bound.
-    if (this.#map.size > 64) {
-      const now = Date.now();
-      for (const [k, s] of this.#map) if (now - s.lastSeen > IDLE_MS) this.#map.delete(k);
-    }
-  }
-
-  async delete(key: string): Promise<void> {
-    this.#map.delete(key);
-  }
-}
 
 function keyOf(value: string): string {
   return createHash("sha256").update(value).digest("hex");
@@ -69,7 +27,7 @@ export class Sessions {
   /** One-time login links: code hash → when it stops working. */
   readonly #links = new Map<string, number>();
 
-  constructor(store: SessionStore = new MemorySessionStore()) {
+  constructor(store: SessionStore) {
     this.#store = store;
   }
 
@@ -151,6 +109,25 @@ export type LoginTicket =
   | { readonly ok: false; readonly why: "locked" | "busy" | "crowded"; readonly waitSeconds: number };
 
 /**
+ * The address failed logins are counted under: every loopback address is one (any local process
+ * can bind any of 127.0.0.0/8, so counting them apart would give it millions of tries), and an
+ * IPv6 address counts by its /64, which one host usually holds whole.
+ */
+export function limitKey(address: string): string {
+  const a = address.startsWith("::ffff:") ? address.slice(7) : address;
+  if (a === "::1" || a.startsWith("127.")) return "loopback";
+  if (!a.includes(":")) return a;
+  const [left = "", right] = a.split("%")[0]!.split("::");
+  const head = left === "" ? [] : left.split(":");
+  const tail = right === undefined || right === "" ? [] : right.split(":");
+  const groups = [...head, ...Array(Math.max(0, 8 - head.length - tail.length)).fill("0"), ...tail];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(":")}::/64`;
+}
+
+/**
  * Password checks per address (decision 105): at most `max` failures in `windowMs`, counted when
  * a check starts (so parallel guesses count) and kept unless that very check succeeds: a success
  * takes back only its own count, never the failures of others at the same address (on loopback
@@ -177,7 +154,8 @@ export class LoginLimiter {
     return this.#running;
   }
 
-  begin(address: string): LoginTicket {
+  begin(from: string): LoginTicket {
+    const address = limitKey(from);
     const now = Date.now();
     const recent = (this.#fails.get(address) ?? []).filter((t) => now - t < this.#windowMs);
     if (recent.length >= this.#max) {
@@ -186,7 +164,8 @@ export class LoginLimiter {
     }
     if (this.#busy.has(address)) return { ok: false, why: "busy", waitSeconds: 1 };
     if (this.#running >= this.#maxRunning) return { ok: false, why: "crowded", waitSeconds: 1 };
-    if (this.#fails.size > 10_000) this.#fails.clear();
+    // Bounded: the oldest address makes room (a clear would hand every locked address a new start).
+    if (this.#fails.size > 10_000) this.#fails.delete(this.#fails.keys().next().value!);
     recent.push(now);
     this.#fails.set(address, recent);
     this.#busy.add(address);

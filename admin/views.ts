@@ -3,14 +3,14 @@
 // forms that must not be replaced while a person types).
 import type { AuditRecord } from "../audit/audit-log.js";
 import { AUDIT_DECISIONS } from "../audit/audit-log.js";
-import type { ApprovalView } from "../proxy/approvals.js";
-import { formatUptime, type ProviderStatus, type StatusReport } from "../proxy/status.js";
-import type { StateHealth } from "../secrets/fleet/shared-state.js";
 import { isLinkableUrl } from "../secrets/oauth/verification-url.js";
+import type { ApprovalView } from "../state/approvals/store.js";
+import type { AdminRole } from "../state/sessions/store.js";
+import type { StateHealth } from "../state/shared-state.js";
 import type { AuditFilter, ChainState } from "./audit-view.js";
 import type { DeviceLoginState } from "./device-logins.js";
 import { formatBytes, type Html, html, relative } from "./html.js";
-import type { AdminRole } from "./sessions.js";
+import { formatUptime, type ProviderStatus, type StatusReport } from "./status.js";
 import type { UsageRow } from "./usage.js";
 
 export const VIEWS = {

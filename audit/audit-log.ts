@@ -23,7 +23,7 @@ import type { FileHandle } from "node:fs/promises";
 import { open, rename, stat, truncate, unlink } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { ensurePrivateDir } from "../core/fs.js";
-import { knownSecrets } from "./scrub.js";
+import { knownSecrets } from "../core/scrub.js";
 
 /**
  * Decisions that matter after the fact: also written to the security chain (SPEC §12), which

@@ -15,7 +15,7 @@
 // (`…kbph-<32 chars>`) are not secrets and are left visible.
 import { Transform, type TransformCallback } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
-import { Scrubber } from "./scrub.js";
+import { Scrubber } from "../core/scrub.js";
 
 export const MASK = "[REDACTED]";
 

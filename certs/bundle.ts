@@ -22,6 +22,11 @@ export function systemRootsPem(opts: SystemRootsOptions = {}): string {
   return `${systemRootCertificates(opts).join("\n")}\n`;
 }
 
+/** What verified TLS trusts: the system's roots, then the rule file's `upstream_ca` files. */
+export function trustedRoots(upstreamCa: readonly string[]): string[] {
+  return [systemRootsPem(), ...upstreamCa.map((p) => readFileSync(p, "utf8"))];
+}
+
 /** The CA directory that goes with a bundle file. */
 export function bundleDirFor(bundlePath: string): string {
   return join(dirname(bundlePath), BUNDLE_DIR);

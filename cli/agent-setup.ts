@@ -4,8 +4,8 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type AgentView, agentView } from "../admin/agent-view.js";
 import { UserError } from "../core/errors.js";
-import { type AgentView, agentView } from "../proxy/agent-view.js";
 import type { Runtime } from "../proxy/runtime.js";
 import { ruleTextDigest } from "../rules/digest.js";
 import type { Rules } from "../rules/types.js";

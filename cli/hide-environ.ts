@@ -4,11 +4,11 @@
 // environments finds nothing.
 import { blankInitialValues } from "../core/initial-environ.js";
 import { CATALOGUE } from "../rules/catalogue.js";
+import { parseRef } from "../rules/credential-ref.js";
 import { kindOfEntry } from "../rules/kinds/index.js";
 import { derivedEnvName } from "../rules/provider-defaults.js";
 import { secretVariableNames } from "../rules/secret-variables.js";
 import type { Rules } from "../rules/types.js";
-import { parseRef } from "../secrets/resolver.js";
 import { stripSecrets } from "./strip-secrets.js";
 
 /** The variables the embedded catalogue reads keys from, used or not by these rules. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// keybroker's command line: one file per command under cli/commands/.
-import { knownSecrets } from "../audit/scrub.js";
 import { UsageError, UserError } from "../core/errors.js";
+// keybroker's command line: one file per command under cli/commands/.
+import { knownSecrets } from "../core/scrub.js";
 import { suggest } from "../rules/errors.js";
 import type { Command } from "./command.js";
 

@@ -1,7 +1,7 @@
 // `run` keeps real secrets out of its command's environment: the variables the rules read them
 // from, and any other variable whose value holds one of them in a form the scrubber knows
 // (plain, JSON-escaped, URL-encoded, base64), whatever its name (`MY_COPY=$OPENAI_API_KEY`).
-import { secretForms } from "../audit/scrub.js";
+import { secretForms } from "../core/scrub.js";
 import type { Runtime } from "../proxy/runtime.js";
 
 /** Shorter values are not looked for inside other variables: they would match by chance. */

@@ -3,9 +3,9 @@
 // any machine serves every broker.
 import { homeKey } from "../core/home.js";
 import type { Rules } from "../rules/types.js";
-import { openSharedState, type SharedStateOptions } from "../secrets/fleet/shared-state.js";
-import type { McpStore } from "../secrets/oauth/mcp-store.js";
-import type { TokenStore } from "../secrets/oauth/token-store.js";
+import type { McpStore } from "../state/mcp/store.js";
+import { openSharedState, type SharedStateOptions } from "../state/shared-state.js";
+import type { TokenStore } from "../state/tokens/store.js";
 import { type Context, localResolver } from "./context.js";
 
 export async function openTokenStore(

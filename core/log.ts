@@ -2,9 +2,9 @@
 // written (path-based redaction alone misses messages and error text). A person at a terminal
 // reads one pretty line per event; anything else (a file, a pipe, a journal) gets JSON lines.
 import { type Logger, pino } from "pino";
-import { knownSecrets } from "../audit/scrub.js";
 import { UsageError } from "./errors.js";
 import { prettyLine } from "./log-pretty.js";
+import { knownSecrets } from "./scrub.js";
 
 export type { Logger };
 

@@ -3,9 +3,7 @@
 // refreshes and approvals by whoever takes them. Nothing here is Prometheus yet: the cells are
 // turned into series only when /metrics is scraped (metrics/registry.ts), so a broker nobody
 // scrapes pays only for the increments.
-
-import type { Exchange } from "../proxy/exchange.js";
-import type { LaunchInfo } from "../proxy/launches.js";
+import type { LaunchInfo } from "../core/launch-info.js";
 import { Buckets, LabelledCounts, STATUS_CLASSES, statusClassIndex, type TrafficCell } from "./counts.js";
 
 /** Upper bounds of the broker overhead histogram, ms (the bar is 0.3 ms, SPEC §14). */
@@ -27,6 +25,17 @@ export interface TimingCell {
   readonly provider: string;
   readonly overhead: Buckets;
   readonly upstream: Buckets;
+}
+
+/** What a request's count reads of it (proxy/exchange.ts's `Exchange` is one). */
+export interface MeteredRequest {
+  readonly client: { readonly rule: { readonly name: string } };
+  readonly provider: { readonly rule: { readonly id: string } } | undefined;
+  /** performance.now() when the request arrived. */
+  readonly startedAt: number;
+  /** Time spent waiting on the upstream, and on a person's answer (ms). */
+  readonly upstreamMs: number;
+  readonly heldMs: number;
 }
 
 export class BrokerMetrics {
@@ -51,7 +60,7 @@ export class BrokerMetrics {
    * lookups on ids the rules hold and some additions: no string or object is built.
    */
   request(
-    x: Exchange,
+    x: MeteredRequest,
     decision: string,
     status: number,
     code: string | undefined,

@@ -6,9 +6,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Registry } from "prom-client";
 import type { Caller } from "../admin/callers.js";
 import { BrokerError, errorResponse } from "../core/errors.js";
-import type { ProviderStatus } from "../proxy/status.js";
 import type { BrokerMetrics } from "./broker-metrics.js";
-import { createRegistry } from "./registry.js";
+import { type CredentialStateLabel, createRegistry } from "./registry.js";
 
 export const METRICS_PATH = "/metrics";
 
@@ -25,7 +24,10 @@ function isLoopbackAddress(address: string | undefined): boolean {
 export interface MetricsEndpointOptions {
   readonly metrics: BrokerMetrics;
   /** Each provider's credentials and their states, as `status` shows them. */
-  readonly credentials: () => readonly ProviderStatus[];
+  readonly credentials: () => readonly {
+    readonly id: string;
+    readonly credentials: readonly { readonly id: string; readonly state: CredentialStateLabel }[];
+  }[];
   /** Who a request's bearer token belongs to (admin/callers.ts), or undefined. */
   readonly caller: (req: IncomingMessage) => Caller | undefined;
 }

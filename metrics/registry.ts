@@ -3,7 +3,6 @@
 // metrics/broker-metrics.ts when they are collected. The series are exactly SPEC §18's; their
 // labels are ids (provider, client, credential id, decision), never values.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import type { CredentialStatus } from "../proxy/status.js";
 import {
   type BrokerMetrics,
   OVERHEAD_BOUNDS_MS,
@@ -12,8 +11,11 @@ import {
 } from "./broker-metrics.js";
 import { type Buckets, type LabelledCounts, STATUS_CLASSES } from "./counts.js";
 
+/** A credential's state as `status` reports it (admin/status.ts `CredentialStatus`). */
+export type CredentialStateLabel = "ok" | "usage_limit_reached" | "invalid" | "missing" | "reauth_required";
+
 /** The states a credential is reported in, one 0/1 series each. */
-const CREDENTIAL_STATES: readonly CredentialStatus["state"][] = [
+const CREDENTIAL_STATES: readonly CredentialStateLabel[] = [
   "ok",
   "usage_limit_reached",
   "invalid",
@@ -24,7 +26,7 @@ const CREDENTIAL_STATES: readonly CredentialStatus["state"][] = [
 /** Each provider's credentials, as `status` reports them (read at scrape time). */
 export type CredentialSource = () => Iterable<{
   readonly provider: string;
-  readonly credentials: readonly Pick<CredentialStatus, "id" | "state">[];
+  readonly credentials: readonly { readonly id: string; readonly state: CredentialStateLabel }[];
 }>;
 
 type Labels = Record<string, string>;

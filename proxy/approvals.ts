@@ -1,123 +1,19 @@
 // Requests held by `approve` rules until a person answers (SPEC §16): the registry of pending
 // approvals, what the admin API, the CLI and the admin page read and answer. Its state sits
-// behind ApprovalStore so that a fleet can keep it on Redis (SPEC §17): any broker may answer a
+// behind ApprovalStore (state/approvals/: memory, or a fleet's Redis, SPEC §17): any broker may answer a
 // request another broker holds; the holder learns the answer from the store.
 import { createHash, randomBytes } from "node:crypto";
 import type { PolicyRule } from "../rules/types.js";
+import type {
+  Answer,
+  ApprovalChange,
+  ApprovalRequest,
+  ApprovalStore,
+  ApprovalView,
+  HeldRequest,
+  Outcome,
+} from "../state/approvals/store.js";
 import { ApprovalRoom } from "./approval-room.js";
-
-/** What a held request is, as every view shows it. Never a header, never a secret. */
-export interface ApprovalRequest {
-  readonly client: string;
-  readonly provider: string;
-  readonly method: string;
-  /** host, or host:port when the port is not the scheme's default. */
-  readonly host: string;
-  /** Path and query, injected query values removed. */
-  readonly path: string;
-  /**
-   * The approve rule, by what it says (ruleIdentity): `--for` covers this rule only, wherever a
-   * reload moves it in the provider's policy.
-   */
-  readonly rule: string;
-}
-
-export interface HeldRequest extends ApprovalRequest {
-  readonly id: string;
-  /** Epoch milliseconds. */
-  readonly heldAt: number;
-  readonly expiresAt: number;
-  /** The body's first 2 KiB, scrubbed of known secrets and secret-shaped strings. */
-  readonly preview: string;
-}
-
-export type Outcome = "approved" | "denied" | "approval_timeout" | "withdrawn";
-
-export interface Answer {
-  readonly held: HeldRequest;
-  readonly outcome: Outcome;
-  /** Who answered: `admin token`, `client <name>`. */
-  readonly by?: string;
-  /** approved with `--for`: the same client, provider and rule pass until then (epoch ms). */
-  readonly until?: number;
-}
-
-/** What the admin API and `keybroker approvals --json` show of a pending request. */
-export interface ApprovalView {
-  readonly id: string;
-  readonly client: string;
-  readonly provider: string;
-  readonly method: string;
-  readonly host: string;
-  readonly path: string;
-  readonly seconds_left: number;
-  readonly held_at: string;
-  readonly expires_at: string;
-  readonly preview: string;
-}
-
-/**
- * Where pending approvals and `--for` grants live. `take` is the one atomic step: of approve,
- * deny, the timeout and the client hanging up, exactly one gets the request; it then publishes
- * its answer, which reaches the broker holding the request through `subscribe`.
- */
-export interface ApprovalStore {
-  add(held: HeldRequest): Promise<void>;
-  list(): Promise<HeldRequest[]>;
-  take(id: string): Promise<HeldRequest | undefined>;
-  grant(key: string, until: number): Promise<void>;
-  grantedUntil(key: string, now: number): Promise<number | undefined>;
-  publish(answer: Answer): Promise<void>;
-  subscribe(listener: (answer: Answer) => void): void;
-  /** A shared store: requests other brokers hold, as they are held (for every broker's live views). */
-  watch?(listener: (change: ApprovalChange) => void): void;
-}
-
-/** A grant still in force in `grants` (until, epoch ms); one that ran out is dropped. */
-export function grantIn(grants: Map<string, number>, key: string, now: number): number | undefined {
-  const until = grants.get(key);
-  if (until === undefined) return undefined;
-  if (until > now) return until;
-  grants.delete(key);
-  return undefined;
-}
-
-/** One broker's store: everything in memory (pending requests end with the process anyway). */
-export class MemoryApprovalStore implements ApprovalStore {
-  readonly #pending = new Map<string, HeldRequest>();
-  readonly #grants = new Map<string, number>();
-  readonly #listeners: ((answer: Answer) => void)[] = [];
-
-  async add(held: HeldRequest): Promise<void> {
-    this.#pending.set(held.id, held);
-  }
-
-  async list(): Promise<HeldRequest[]> {
-    return [...this.#pending.values()];
-  }
-
-  async take(id: string): Promise<HeldRequest | undefined> {
-    const held = this.#pending.get(id);
-    this.#pending.delete(id);
-    return held;
-  }
-
-  async grant(key: string, until: number): Promise<void> {
-    this.#grants.set(key, Math.max(until, this.#grants.get(key) ?? 0));
-  }
-
-  async grantedUntil(key: string, now: number): Promise<number | undefined> {
-    return grantIn(this.#grants, key, now);
-  }
-
-  async publish(answer: Answer): Promise<void> {
-    for (const listener of this.#listeners) listener(answer);
-  }
-
-  subscribe(listener: (answer: Answer) => void): void {
-    this.#listeners.push(listener);
-  }
-}
 
 /** A step worth a log line and an audit line: held, or how it ended (also a `--for` pass). */
 export interface ApprovalEvent {
@@ -128,12 +24,11 @@ export interface ApprovalEvent {
   readonly timeoutMs?: number;
 }
 
-export type ApprovalChange = { readonly type: "held" | "answered"; readonly id: string };
-
 export interface ApprovalsOptions {
   /** Each step, for the log, the audit log and `notify`. */
   readonly onEvent: (event: ApprovalEvent) => void;
-  readonly store?: ApprovalStore;
+  /** Where pending requests and grants live: SharedState's `approvals`. */
+  readonly store: ApprovalStore;
 }
 
 const identities = new WeakMap<PolicyRule, string>();
@@ -202,7 +97,7 @@ export class Approvals {
   readonly #listeners = new Set<(change: ApprovalChange) => void>();
 
   constructor(opts: ApprovalsOptions) {
-    this.#store = opts.store ?? new MemoryApprovalStore();
+    this.#store = opts.store;
     this.#onEvent = opts.onEvent;
     this.#store.subscribe((answer) => this.#answered(answer));
     this.#store.watch?.((change) => this.#changed(change));

@@ -5,29 +5,20 @@
 // client is. Launches live in the broker's memory only and survive reloads (the client is
 // looked up again in each new rule set).
 import { randomBytes } from "node:crypto";
+import { LAUNCH_USER_PREFIX, type LaunchDesk, type LaunchInfo } from "../core/launch-info.js";
 import { sameToken } from "../core/same-token.js";
 import type { ClientState, Runtime } from "./runtime.js";
-
-/** What names a launch in the audit log, `status`, metrics and the admin page. */
-export interface LaunchInfo {
-  readonly id: string;
-  /** The client the launch acts as. */
-  readonly client: string;
-  /** The command line, as `run` was given it (at most 200 characters). */
-  readonly command: string;
-  readonly startedAt: string;
-}
 
 interface Launch extends LaunchInfo {
   readonly token: string;
 }
 
-/** The proxy user name a launch authenticates with. */
-export const LAUNCH_USER_PREFIX = "launch-";
 /** More launches than this at once is a runaway loop, not a person's agents. */
 const MAX_LAUNCHES = 1000;
 
-export class Launches {
+export { LAUNCH_USER_PREFIX, type LaunchInfo };
+
+export class Launches implements LaunchDesk {
   readonly #byId = new Map<string, Launch>();
   /** Derived client states, per rule set (a reload builds new ones). */
   #derived = new WeakMap<Runtime, Map<string, ClientState>>();

@@ -76,7 +76,7 @@ function find(data: Buffer, form: SearchForm, from: number): number {
   }
 }
 
-/** Shorter values cannot be scrubbed without mangling ordinary text (same floor as audit/scrub.ts). */
+/** Shorter values cannot be scrubbed without mangling ordinary text (same floor as core/scrub.ts). */
 const MIN_SECRET_LENGTH = 4;
 /** A base64 core shorter than this would match ordinary base64 by chance. */
 const MIN_BASE64_CORE = 8;

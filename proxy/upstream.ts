@@ -2,12 +2,11 @@
 // verified TLS (system roots plus `upstream_ca`), the `resolve` map, and refusal of
 // loopback/private addresses unless a rule allows them.
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from "node:dns";
-import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { BlockList, isIP } from "node:net";
 import { createSecureContext } from "node:tls";
 import type * as Undici from "undici";
-import { systemRootsPem } from "../certs/bundle.js";
+import { trustedRoots } from "../certs/bundle.js";
 
 // Only the parts of undici the broker uses: the Agent, the connector and the request API
 // (`request`, `upgrade`), which undici's index adds to every dispatcher the same way. The index
@@ -101,10 +100,6 @@ export interface UpstreamOptions {
   readonly policy: UpstreamPolicy;
   /** Idle time allowed before response headers and between body chunks. */
   readonly timeoutMs?: number;
-}
-
-export function trustedRoots(upstreamCa: readonly string[]): string[] {
-  return [systemRootsPem(), ...upstreamCa.map((p) => readFileSync(p, "utf8"))];
 }
 
 export function createUpstreamAgent(opts: UpstreamOptions): Agent {

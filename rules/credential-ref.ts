@@ -91,3 +91,23 @@ export function absolutePath(path: string, baseDir: string, userHome = homedir()
   if (path.startsWith("~/")) return join(userHome, path.slice(2));
   return isAbsolute(path) ? resolve(path) : resolve(baseDir, path);
 }
+
+/** A reference split at its source prefix, without checking the rest (the resolver's reading). */
+export interface ParsedRef {
+  /** undefined for a bare name (the lookup chain). */
+  readonly source: string | undefined;
+  readonly key: string;
+}
+
+export function parseRef(ref: string): ParsedRef {
+  const colon = ref.indexOf(":");
+  if (colon > 0) {
+    const prefix = ref.slice(0, colon);
+    if ((SOURCES as readonly string[]).includes(prefix)) {
+      let key = ref.slice(colon + 1);
+      if (prefix === "file" && (key === "~" || key.startsWith("~/"))) key = homedir() + key.slice(1);
+      return { source: prefix, key };
+    }
+  }
+  return { source: undefined, key: ref };
+}

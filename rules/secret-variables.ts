@@ -1,7 +1,8 @@
 // The credential references a rule set resolves secrets from, and the environment variables among
 // them: `run` removes those from its command's environment, a running broker reports them for
 // its own rules and blanks them in its initial environment, `check --exposure` looks for them.
-import { parseRef } from "../secrets/resolver.js";
+
+import { parseRef } from "./credential-ref.js";
 import { kindOf } from "./kinds/index.js";
 import type { Rules } from "./types.js";
 

@@ -3,8 +3,8 @@
 // it expires. One exchange in flight at a time; token-endpoint answers are capped and timed out.
 import { createPrivateKey, createSign, type KeyObject } from "node:crypto";
 import type { Dispatcher } from "undici";
-import { knownSecrets } from "../audit/scrub.js";
 import { BrokerError } from "../core/errors.js";
+import { knownSecrets } from "../core/scrub.js";
 import { Secret } from "./secret.js";
 
 export const DEFAULT_GOOGLE_SCOPE = "https://www.googleapis.com/auth/cloud-platform";

@@ -5,7 +5,7 @@
 import { isIP, connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import type { InfisicalSDK, Secret as SdkSecret } from "@infisical/sdk";
-import { knownSecrets } from "../audit/scrub.js";
+import { knownSecrets } from "../core/scrub.js";
 import { loadInfisicalSdk, type SdkLoader } from "./infisical-sdk.js";
 import { seconds } from "./refresh-cache.js";
 import { messageOf } from "./source.js";

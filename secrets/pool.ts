@@ -1,8 +1,9 @@
 // Credential pools: which credential of a provider a request uses, and what each credential's
 // state is. A quota answer marks only the credential that got it; a mark only ever extends its
-// deadline (`mergeMark`, marks.ts); a mark whose time has come is dropped, so the credential is
+// deadline (`mergeMark`, state/marks/merge.ts); a mark whose time has come is dropped, so the credential is
 // tried again. State lives in memory and is written to `$KEYBROKER_HOME/state/pools.json`
-// (pool-file.ts: atomic, 0600, merged under a lock with what other processes on the home wrote).
+// (state/marks/home.ts: atomic, 0600, merged under a lock with what other processes on the home
+// wrote).
 //
 // A mark must survive a crash (SPEC §7): `markUsageLimit` / `markInvalid` start a durable write
 // (temporary file, fsync, rename, fsync of the folder) at once, and `durable()` resolves when it
@@ -12,27 +13,12 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ensurePrivateDir } from "../core/fs.js";
 import type { PoolStrategy } from "../rules/types.js";
-import { mergeMark, type SharedMark } from "./marks.js";
-import { type PoolData, PoolFile, STATE_VERSION } from "./pool-file.js";
+import { PoolFile, poolFilePath, STATE_VERSION } from "../state/marks/home.js";
+import { mergeMark, type SharedMark } from "../state/marks/merge.js";
+import type { CredentialState, MarkHolder, MarkMirror, PoolData } from "../state/marks/store.js";
 
-export type { SharedMark } from "./marks.js";
-
-export type CredentialStateName = "ok" | "usage_limit_reached" | "invalid";
-
-export interface CredentialState {
-  state: CredentialStateName;
-  /** Epoch ms when a `usage_limit_reached` mark ends. */
-  until?: number;
-  /** Why it was marked (status code and error type; never a value). */
-  reason?: string;
-  /** For `invalid`: the fingerprint of the value that was refused. */
-  fingerprint?: string;
-  requests: number;
-  marks: number;
-  lastUsed?: number;
-  /** When the mark in force was made or last extended (epoch ms): a reset made later clears it. */
-  markedAt?: number;
-}
+export type { SharedMark } from "../state/marks/merge.js";
+export type { CredentialState, CredentialStateName } from "../state/marks/store.js";
 
 export interface PoolMember {
   /** The credential reference, which is also its id within the provider. */
@@ -47,16 +33,10 @@ export interface PoolSpec {
   readonly affinity?: "client" | undefined;
 }
 
-/** Where marks made here go besides the home (the fleet's store); called after the local change. */
-export interface PoolMirror {
-  mark(provider: string, id: string, mark: SharedMark): void;
-  reset(provider: string, id: string | undefined): void;
-}
-
 const MARK_SAVE_DELAY_MS = 200;
 const COUNTER_SAVE_DELAY_MS = 10_000;
 
-export class PoolState {
+export class PoolState implements MarkHolder {
   readonly #file: PoolFile;
   /** provider → credential id → state */
   readonly #states = new Map<string, Map<string, CredentialState>>();
@@ -74,29 +54,19 @@ export class PoolState {
   /** Snapshots taken for writing, and the newest one on disk: an older one never overwrites it. */
   #snapshots = 0;
   #onDisk = 0;
-  #mirror: PoolMirror | undefined;
+  #mirror: MarkMirror | undefined;
   readonly #warn: (message: string) => void;
 
   constructor(home: string, warn: (message: string) => void = () => {}) {
     const dir = join(home, "state");
     ensurePrivateDir(dir);
     this.#warn = warn;
-    this.#file = new PoolFile(join(dir, "pools.json"), warn);
+    this.#file = new PoolFile(poolFilePath(home), warn);
     const data = this.#file.loadSync();
     for (const [provider, creds] of Object.entries(data?.providers ?? {}))
       this.#states.set(provider, new Map(Object.entries(creds)));
     for (const [provider, ids] of Object.entries(data?.resets ?? {}))
       this.#resets.set(provider, new Map(Object.entries(ids)));
-  }
-
-  /**
-   * Keeps this copy current with what other processes on the home write (the home's mark store,
-   * decision 112). Returns the function that stops following.
-   */
-  followHome(): () => void {
-    return this.#file.follow(() => {
-      void this.#file.read().then((data) => this.#absorb(data));
-    });
   }
 
   #resetAt(provider: string, id: string): number | undefined {
@@ -110,9 +80,9 @@ export class PoolState {
   /**
    * Takes in what another process wrote to the home: its resets clear the marks made here before
    * them, its marks merge by the one rule (extend-only). Not a change to write back by itself.
+   * The home's mark store (state/marks/home.ts) calls it with what it read.
    */
-  #absorb(data: PoolData | undefined, now = Date.now()): void {
-    if (data === undefined) return;
+  absorb(data: PoolData, now = Date.now()): void {
     for (const [provider, ids] of Object.entries(data.resets)) {
       let mine = this.#resets.get(provider);
       if (mine === undefined) {
@@ -137,7 +107,7 @@ export class PoolState {
     }
   }
 
-  /** Merges a mark from elsewhere into this copy (marks.ts: the one rule). True when it changed. */
+  /** Merges a mark from elsewhere into this copy (state/marks/merge.ts: the one rule). True when it changed. */
   #apply(provider: string, id: string, mark: SharedMark, now: number, markedAt = now): boolean {
     const s = this.get(provider, id);
     const held = s.state === "ok" ? undefined : sharedMark(s);
@@ -250,7 +220,7 @@ export class PoolState {
   }
 
   /** Sends every mark made from now on to `mirror` as well (fleet mode). */
-  mirrorTo(mirror: PoolMirror): void {
+  mirrorTo(mirror: MarkMirror): void {
     this.#mirror = mirror;
   }
 
@@ -426,7 +396,7 @@ export class PoolState {
 
   /** What to write over `disk`: its marks and resets taken in first, so none is lost. */
   #merged(disk: PoolData | undefined): string {
-    this.#absorb(disk);
+    if (disk !== undefined) this.absorb(disk);
     const resets: Record<string, Record<string, number>> = {};
     for (const [provider, ids] of this.#resets) resets[provider] = Object.fromEntries(ids);
     return `${JSON.stringify({ version: STATE_VERSION, providers: this.snapshot(), resets }, null, 1)}\n`;

@@ -2,8 +2,8 @@
 // reference (`env:`, `dotenv:`, `file:`, `infisical:`, `cmd:`) asks one source. A resolution is
 // kept in memory until the earliest expiry its sources gave (Infisical: its TTL; local files:
 // the resolver's default) and never written anywhere.
-import { homedir } from "node:os";
-import { knownSecrets } from "../audit/scrub.js";
+import { knownSecrets } from "../core/scrub.js";
+import { parseRef } from "../rules/credential-ref.js";
 import { Secret } from "./secret.js";
 import type { SecretSource } from "./source.js";
 
@@ -21,27 +21,6 @@ export interface Resolution {
   readonly secret: Secret | undefined;
   /** Every source asked, in order, and what it said: for `check` and error messages. */
   readonly attempts: readonly Attempt[];
-}
-
-export interface ParsedRef {
-  /** undefined for a bare name (the lookup chain). */
-  readonly source: string | undefined;
-  readonly key: string;
-}
-
-const PREFIXES = ["env", "dotenv", "file", "infisical", "cmd"] as const;
-
-export function parseRef(ref: string): ParsedRef {
-  const colon = ref.indexOf(":");
-  if (colon > 0) {
-    const prefix = ref.slice(0, colon);
-    if ((PREFIXES as readonly string[]).includes(prefix)) {
-      let key = ref.slice(colon + 1);
-      if (prefix === "file" && (key === "~" || key.startsWith("~/"))) key = homedir() + key.slice(1);
-      return { source: prefix, key };
-    }
-  }
-  return { source: undefined, key: ref };
 }
 
 export interface ResolverOptions {

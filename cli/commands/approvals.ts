@@ -1,8 +1,8 @@
 // `keybroker approvals [--json]`, `approve <id> [--for DURATION]`, `deny <id>` (SPEC §16): the
 // requests `approve` rules hold in the running broker, and the answers to them.
 import { UserError } from "../../core/errors.js";
-import type { ApprovalView } from "../../proxy/approvals.js";
 import { parseDuration } from "../../rules/units.js";
+import type { ApprovalView } from "../../state/approvals/store.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";

@@ -1,8 +1,8 @@
 import { UserError } from "../../core/errors.js";
 import { kindOf } from "../../rules/kinds/index.js";
 import type { Rules } from "../../rules/types.js";
-import { openSharedState } from "../../secrets/fleet/shared-state.js";
 import { PoolState } from "../../secrets/pool.js";
+import { openSharedState } from "../../state/shared-state.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";

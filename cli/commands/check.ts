@@ -1,23 +1,23 @@
-import { knownSecrets } from "../../audit/scrub.js";
 import { UserError } from "../../core/errors.js";
 import { homeKey } from "../../core/home.js";
+import { knownSecrets } from "../../core/scrub.js";
 import { type ProviderState, Runtime } from "../../proxy/runtime.js";
 import { CATALOGUE } from "../../rules/catalogue.js";
+import { parseRef } from "../../rules/credential-ref.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { kindOf, unhandledKind } from "../../rules/kinds/index.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
-import { describeLogin, type LoginSummary } from "../../secrets/oauth/login.js";
-import { readLogins } from "../../secrets/oauth/token-store.js";
 import {
   type Attempt,
   describeAttempt,
-  parseRef,
   type Resolution,
   type SecretResolver,
 } from "../../secrets/resolver.js";
 import { createSecretResolver, dotenvCandidates, type SourceContext } from "../../secrets/sources.js";
+import { readLogins } from "../../state/tokens/home.js";
+import { describeLogin, type LoginSummary } from "../../state/tokens/login.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
 import { createContext } from "../context.js";

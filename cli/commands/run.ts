@@ -1,10 +1,10 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
+import type { AgentView } from "../../admin/agent-view.js";
 import { endLaunch, type StartedLaunch, startLaunch } from "../../admin/launches-api.js";
 import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
-import type { AgentView } from "../../proxy/agent-view.js";
 import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { adminRequest } from "../admin-client.js";

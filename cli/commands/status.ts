@@ -1,12 +1,12 @@
 import { X509Certificate } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { formatStatus, providerStatuses, type StatusReport } from "../../admin/status.js";
 import { CA_CERT_FILE, CA_DIR } from "../../certs/ca.js";
 import { VERSION } from "../../core/version.js";
 import { Runtime } from "../../proxy/runtime.js";
-import { formatStatus, providerStatuses, type StatusReport } from "../../proxy/status.js";
-import { readLogins } from "../../secrets/oauth/token-store.js";
 import { readPoolState } from "../../secrets/pool.js";
+import { readLogins } from "../../state/tokens/home.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";

@@ -4,9 +4,9 @@
 // as the user sees it. A `cmd:` reference runs a program whose own files keybroker cannot know.
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute } from "node:path";
-import { absolutePath } from "../../rules/credential-ref.js";
+import { absolutePath, parseRef } from "../../rules/credential-ref.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Rules } from "../../rules/types.js";
-import { parseRef } from "../../secrets/resolver.js";
 import { dotenvCandidates } from "../../secrets/sources.js";
 
 export interface HiddenPaths {
@@ -20,10 +20,7 @@ export interface HiddenPaths {
 function references(rules: Rules): string[] {
   const refs: (string | undefined)[] = [];
   for (const p of rules.providers) {
-    refs.push(...p.credentials, p.oauth?.clientSecret);
-    if (p.auth?.kind === "aws_sigv4")
-      refs.push(p.auth.accessKeyId, p.auth.secretAccessKey, p.auth.sessionToken);
-    if (p.auth?.kind === "google_service_account") refs.push(p.auth.key);
+    refs.push(...p.credentials, p.oauth?.clientSecret, ...kindOf(p).signingRefs(p));
   }
   for (const c of rules.clients) refs.push(c.token);
   refs.push(rules.sources.infisical?.clientId, rules.sources.infisical?.clientSecret);

@@ -8,11 +8,12 @@
 // the request is refused with 503 approvals_full and nothing more of its body is kept.
 import { stripQuery } from "../../audit/audit-log.js";
 import { redactText } from "../../audit/redact.js";
-import { knownSecrets } from "../../audit/scrub.js";
 import { BrokerError } from "../../core/errors.js";
+import { knownSecrets } from "../../core/scrub.js";
 import type { PolicyRule } from "../../rules/types.js";
+import type { ApprovalRequest } from "../../state/approvals/store.js";
 import type { Place } from "../approval-room.js";
-import { type ApprovalRequest, type Approvals, ruleIdentity } from "../approvals.js";
+import { type Approvals, ruleIdentity } from "../approvals.js";
 import type { Exchange } from "../exchange.js";
 import { hasBody } from "../forward.js";
 import { DEFAULT_RETRY_BODY_LIMIT } from "./pick-credential.js";

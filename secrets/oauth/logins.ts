@@ -1,10 +1,10 @@
 // The broker's in-memory view of the token store: what the request path reads (no disk, no
 // lock, no network per request). Kept current by watching the store, so a login added,
 // replaced or removed by `auth add`/`auth remove` or another broker is used at once.
-import { knownSecrets } from "../../audit/scrub.js";
+import { knownSecrets } from "../../core/scrub.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
+import type { TokenStore } from "../../state/tokens/store.js";
 import { Secret } from "../secret.js";
-import type { StoredLogin } from "./login.js";
-import type { TokenStore } from "./token-store.js";
 
 export interface LoginEntry {
   readonly login: StoredLogin;

@@ -6,10 +6,10 @@
 import type * as oauth from "oauth4webapi";
 import type { Dispatcher } from "undici";
 import type { ProviderRule } from "../../rules/types.js";
+import type { McpBinding, McpStore } from "../../state/mcp/store.js";
 import { cappedFetch } from "./capped-fetch.js";
 import { discoverMcp, scopesFor } from "./mcp-discovery.js";
 import { clientIdentity } from "./mcp-registration.js";
-import type { McpBinding, McpStore } from "./mcp-store.js";
 import { OAuthClient, type Tokens } from "./oauth-client.js";
 import { type PkceOptions, pkceLogin, redirectUriFor } from "./pkce-login.js";
 

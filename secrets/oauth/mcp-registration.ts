@@ -5,8 +5,8 @@
 // error that says what to configure.
 import * as oauth from "oauth4webapi";
 import type { McpSpec, OAuthSpec } from "../../rules/types.js";
+import type { McpBinding, McpRegistration, McpStore } from "../../state/mcp/store.js";
 import { McpDiscoveryError } from "./mcp-discovery.js";
-import type { McpBinding, McpRegistration, McpStore } from "./mcp-store.js";
 
 export type Fetch = (url: string, init: RequestInit) => Promise<Response>;
 

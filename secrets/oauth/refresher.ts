@@ -11,8 +11,8 @@
 
 import { kindOf } from "../../rules/kinds/index.js";
 import type { ProviderRule } from "../../rules/types.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import { OAuthEndpointError } from "./capped-fetch.js";
-import type { StoredLogin } from "./login.js";
 import type { LoginEntry, OAuthLogins } from "./logins.js";
 import { type OAuthClient, OAuthServerError } from "./oauth-client.js";
 

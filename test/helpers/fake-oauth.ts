@@ -5,7 +5,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { type Dispatcher, request } from "undici";
-import type { StoredLogin } from "../../secrets/oauth/login.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import type { FakeUpstream } from "./upstream.js";
 
 export const AUTH_HOST = "auth.example.com";

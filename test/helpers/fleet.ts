@@ -1,6 +1,6 @@
 // What the fleet tests share besides the Redis server (redis.ts): a fleet state opened in the
 // test process, and a wait for a condition with a deadline.
-import { RedisState } from "../../secrets/fleet/redis-state.js";
+import { RedisState } from "../../state/redis/state.js";
 
 /** Resolves with the first value `check` gives that is neither undefined nor false. */
 export async function until<T>(
@@ -26,7 +26,7 @@ export function openFleetState(
   key: () => Buffer,
 ): Promise<RedisState> {
   return RedisState.open(
-    { kind: "redis", url, password: "env:P", prefix },
+    { url, password: "env:P", prefix },
     { home, homeKey: key, resolve: async () => password, log: { warn: () => {}, info: () => {} } },
   );
 }

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import type { ApprovalView } from "../../proxy/approvals.js";
+import type { ApprovalView } from "../../state/approvals/store.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { until } from "../helpers/fleet.js";
 import { fleetHomes, type RedisServer, startRedis } from "../helpers/redis.js";

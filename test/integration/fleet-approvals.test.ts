@@ -13,15 +13,11 @@ import { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import {
-  type ApprovalChange,
-  type ApprovalRequest,
-  Approvals,
-  type ApprovalView,
-} from "../../proxy/approvals.js";
-import { RedisApprovalStore } from "../../secrets/fleet/redis-approvals.js";
-import type { RedisState } from "../../secrets/fleet/redis-state.js";
-import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
+import { Approvals } from "../../proxy/approvals.js";
+import { RedisApprovalStore } from "../../state/approvals/redis.js";
+import type { ApprovalChange, ApprovalRequest, ApprovalView } from "../../state/approvals/store.js";
+import { TokenCipher } from "../../state/redis/cipher.js";
+import type { RedisState } from "../../state/redis/state.js";
 import {
   type BrokerProcess,
   cliAsync,

@@ -12,9 +12,9 @@ import type { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import type { StatusReport } from "../../proxy/status.js";
-import type { RedisState } from "../../secrets/fleet/redis-state.js";
+import type { StatusReport } from "../../admin/status.js";
 import { PoolState } from "../../secrets/pool.js";
+import type { RedisState } from "../../state/redis/state.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import {
   AUTH_HOST,

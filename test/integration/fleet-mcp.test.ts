@@ -15,11 +15,11 @@ import type { Redis } from "ioredis";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
+import type { StatusReport } from "../../admin/status.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { homeKey } from "../../core/home.js";
-import type { StatusReport } from "../../proxy/status.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
-import type { McpBinding } from "../../secrets/oauth/mcp-store.js";
+import type { McpBinding } from "../../state/mcp/store.js";
+import { RedisState } from "../../state/redis/state.js";
 import {
   type BrokerProcess,
   cliAsync,
@@ -241,7 +241,7 @@ describe("MCP logins shared by a fleet", () => {
   it("a binding or registration rewritten in Redis, or moved to another login, is not used", async () => {
     const open = (key: Buffer) =>
       RedisState.open(
-        { kind: "redis", url: redis.url, prefix: "kbseal:" },
+        { url: redis.url, prefix: "kbseal:" },
         { home: dir, homeKey: () => key, resolve: async () => undefined, log: { warn() {}, info() {} } },
       );
     const state = await open(homeKey(homes[0]!));

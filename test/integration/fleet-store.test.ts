@@ -7,11 +7,11 @@ import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UserError } from "../../core/errors.js";
-import { SealedMarks } from "../../secrets/fleet/redis-marks.js";
-import { RedisState } from "../../secrets/fleet/redis-state.js";
-import { TokenCipher } from "../../secrets/fleet/token-cipher.js";
-import type { StoredLogin } from "../../secrets/oauth/login.js";
 import { PoolState } from "../../secrets/pool.js";
+import { SealedMarks } from "../../state/marks/sealed.js";
+import { TokenCipher } from "../../state/redis/cipher.js";
+import { RedisState } from "../../state/redis/state.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import { type RedisServer, startRedis } from "../helpers/redis.js";
 
 const PASSWORD = `pw-${randomBytes(8).toString("hex")}`;
@@ -21,7 +21,7 @@ let raw: Redis;
 const opened: RedisState[] = [];
 async function open(homeKey = KEY, prefix = "t:", warnings: string[] = []) {
   const state = await RedisState.open(
-    { kind: "redis", url: server.url, password: "env:PW", prefix },
+    { url: server.url, password: "env:PW", prefix },
     {
       home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
       homeKey: () => homeKey,
@@ -171,7 +171,7 @@ describe("fleet state on Redis", () => {
   it("a store opened while Redis is unreachable opens degraded within its connect timeout", async () => {
     const warnings: string[] = [];
     const down = await RedisState.open(
-      { kind: "redis", url: "redis://127.0.0.1:1/0", prefix: "t:" },
+      { url: "redis://127.0.0.1:1/0", prefix: "t:" },
       {
         home: mkdtempSync(join(tmpdir(), "kb-fleet-")),
         homeKey: () => KEY,
@@ -220,20 +220,20 @@ describe("fleet state on Redis", () => {
       log: { warn: () => {}, info: () => {} },
     });
     const wrong = await RedisState.open(
-      { kind: "redis", url: server.url, password: "env:PW", prefix: "w:" },
+      { url: server.url, password: "env:PW", prefix: "w:" },
       opts("not-the-password"),
     );
     opened.push(wrong);
     expect(wrong.health().error).toMatch(
       /^Redis refused the password \(WRONGPASS.*check the value of state\.password$/,
     );
-    const none = await RedisState.open({ kind: "redis", url: server.url, prefix: "n:" }, opts(undefined));
+    const none = await RedisState.open({ url: server.url, prefix: "n:" }, opts(undefined));
     opened.push(none);
     expect(none.health().error).toMatch(
       /^Redis asks for a password \(NOAUTH.*add password: <credential reference> to state:/,
     );
     const unset = RedisState.open(
-      { kind: "redis", url: server.url, password: "env:KB_TEST_UNSET_REDIS_PW", prefix: "u:" },
+      { url: server.url, password: "env:KB_TEST_UNSET_REDIS_PW", prefix: "u:" },
       opts(undefined),
     );
     await expect(unset).rejects.toThrow(UserError);

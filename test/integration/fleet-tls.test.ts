@@ -7,9 +7,9 @@ import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
+import type { StatusReport } from "../../admin/status.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { LeafMinter } from "../../certs/leaf.js";
-import type { StatusReport } from "../../proxy/status.js";
 import {
   type BrokerProcess,
   cliAsync,

@@ -11,9 +11,9 @@ import type { Redis } from "ioredis";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import { formatStatus, type StatusReport } from "../../proxy/status.js";
-import type { RedisState } from "../../secrets/fleet/redis-state.js";
-import type { StoredLogin } from "../../secrets/oauth/login.js";
+import { formatStatus, type StatusReport } from "../../admin/status.js";
+import type { RedisState } from "../../state/redis/state.js";
+import type { StoredLogin } from "../../state/tokens/login.js";
 import {
   type BrokerProcess,
   cliAsync,

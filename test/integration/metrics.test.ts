@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../state/tokens/home.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { AUTH_HOST, type FakeOAuth, installFakeOAuth, storedLogin } from "../helpers/fake-oauth.js";
 import { type Fixture, HOSTS, sendBlockedRequest, startFixture } from "../helpers/fixture.js";

@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../state/tokens/home.js";
 import { freePort, startCli } from "../helpers/cli-session.js";
 import {
   AUTH_HOST,

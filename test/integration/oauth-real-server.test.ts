@@ -9,7 +9,7 @@ import type { ServerResponse } from "node:http";
 import { join } from "node:path";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../state/tokens/home.js";
 import { ROOT, runProcess } from "../helpers/broker.js";
 import { freePort, startCli } from "../helpers/cli-session.js";
 import { curlChatArgs } from "../helpers/curl.js";

@@ -6,7 +6,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ProxyAgent } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../state/tokens/home.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome } from "../helpers/broker.js";
 import {
   chatThroughBroker,

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
-import type { StatusReport } from "../../proxy/status.js";
+import type { StatusReport } from "../../admin/status.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { HOSTS } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileTokenStore } from "../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../state/tokens/home.js";
 import {
   type BrokerProcess,
   cliAsync,

@@ -3,16 +3,11 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { html } from "../../../admin/html.js";
 import { hashPassword, verifyPassword } from "../../../admin/password.js";
-import {
-  IDLE_MS,
-  LINK_MS,
-  LoginLimiter,
-  MemorySessionStore,
-  Sessions,
-  sessionKey,
-} from "../../../admin/sessions.js";
+import { LINK_MS, LoginLimiter, limitKey, Sessions, sessionKey } from "../../../admin/sessions.js";
 import { HOUR_MS, Usage } from "../../../admin/usage.js";
-import { knownSecrets } from "../../../audit/scrub.js";
+import { knownSecrets } from "../../../core/scrub.js";
+import { MemorySessionStore } from "../../../state/sessions/memory.js";
+import { IDLE_MS } from "../../../state/sessions/store.js";
 
 afterEach(() => {
   vi.useRealTimers();
@@ -60,7 +55,7 @@ describe("sessions", () => {
 
   it("one-time links work once and expire", () => {
     vi.useFakeTimers();
-    const sessions = new Sessions();
+    const sessions = new Sessions(new MemorySessionStore());
     const code = sessions.newLink();
     expect(sessions.spendLink(code)).toBe(true);
     expect(sessions.spendLink(code)).toBe(false);
@@ -144,5 +139,20 @@ describe("usage", () => {
     // A day later the first hour is gone; after 25 h nothing is left.
     expect(u.rows(t0 + 24 * HOUR_MS)[0]).toMatchObject({ client: "agent", requests: 2 });
     expect(u.rows(t0 + 25 * HOUR_MS)).toEqual([]);
+  });
+
+  it("counts every loopback address as one, and IPv6 by its /64 (found in review)", () => {
+    for (const a of ["127.0.0.1", "127.9.9.9", "127.255.0.3", "::1", "::ffff:127.0.0.2"])
+      expect(limitKey(a)).toBe("loopback");
+    expect(limitKey("10.0.0.1")).toBe("10.0.0.1");
+    expect(limitKey("::ffff:10.0.0.1")).toBe("10.0.0.1");
+    expect(limitKey("2001:db8::1")).toBe(limitKey("2001:db8:0:0:ffff::2"));
+    expect(limitKey("2001:db8:0:1::1")).not.toBe(limitKey("2001:db8::1"));
+    const limiter = new LoginLimiter(3, 60_000);
+    for (const from of ["127.0.0.2", "127.0.0.3", "127.0.0.4"]) {
+      const t = limiter.begin(from);
+      if (t.ok) t.done(false);
+    }
+    expect(limiter.begin("127.0.0.5")).toMatchObject({ ok: false, why: "locked" });
   });
 });

@@ -1,9 +1,9 @@
 // The admin page names isolated launches (decision 114): the overview lists those running, the
 // audit view names the launch of each line.
 import { describe, expect, it } from "vitest";
+import type { StatusReport } from "../../../admin/status.js";
 import { auditPart, overviewPart } from "../../../admin/views.js";
 import type { AuditRecord } from "../../../audit/audit-log.js";
-import type { StatusReport } from "../../../proxy/status.js";
 
 const report: StatusReport = {
   running: true,

@@ -13,7 +13,7 @@ import {
   stripQuery,
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
-import { knownSecrets } from "../../../audit/scrub.js";
+import { knownSecrets } from "../../../core/scrub.js";
 import { writeAuditEntries } from "../../helpers/audit.js";
 
 const homes: string[] = [];

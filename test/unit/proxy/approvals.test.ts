@@ -1,13 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { knownSecrets } from "../../../audit/scrub.js";
-import {
-  type ApprovalEvent,
-  type ApprovalRequest,
-  Approvals,
-  ruleIdentity,
-} from "../../../proxy/approvals.js";
+import { knownSecrets } from "../../../core/scrub.js";
+import { type ApprovalEvent, Approvals, ruleIdentity } from "../../../proxy/approvals.js";
 import { bodyPreview, PREVIEW_BYTES } from "../../../proxy/stages/hold-for-approval.js";
 import type { PolicyRule } from "../../../rules/types.js";
+import { MemoryApprovalStore } from "../../../state/approvals/memory.js";
+import type { ApprovalRequest } from "../../../state/approvals/store.js";
 
 const REQUEST: ApprovalRequest = {
   client: "agent",
@@ -20,7 +17,7 @@ const REQUEST: ApprovalRequest = {
 
 function registry() {
   const events: ApprovalEvent[] = [];
-  const approvals = new Approvals({ onEvent: (e) => events.push(e) });
+  const approvals = new Approvals({ onEvent: (e) => events.push(e), store: new MemoryApprovalStore() });
   const changes: string[] = [];
   approvals.onChange((c) => changes.push(`${c.type} ${c.id}`));
   return { approvals, events, changes };

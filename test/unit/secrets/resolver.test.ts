@@ -2,10 +2,11 @@ import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { parseRef } from "../../../rules/credential-ref.js";
 import { DotenvSource } from "../../../secrets/dotenv-source.js";
 import { EnvSource } from "../../../secrets/env-source.js";
 import { FileSource } from "../../../secrets/file-source.js";
-import { describeAttempts, parseRef, SecretResolver } from "../../../secrets/resolver.js";
+import { describeAttempts, SecretResolver } from "../../../secrets/resolver.js";
 import type { Lookup, SecretSource } from "../../../secrets/source.js";
 
 function dir(): string {

@@ -18,7 +18,7 @@ import {
   scopesFor,
 } from "../../../../secrets/oauth/mcp-discovery.js";
 import { clientIdentity } from "../../../../secrets/oauth/mcp-registration.js";
-import { HomeMcpStore } from "../../../../secrets/oauth/mcp-store.js";
+import { HomeMcpStore } from "../../../../state/mcp/home.js";
 import { type FakeUpstream, startUpstream } from "../../../helpers/upstream.js";
 
 let u: FakeUpstream;

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { ProviderRule } from "../../../../rules/types.js";
 import { OAuthLogins } from "../../../../secrets/oauth/logins.js";
 import { Refresher } from "../../../../secrets/oauth/refresher.js";
-import { FileTokenStore } from "../../../../secrets/oauth/token-store.js";
+import { FileTokenStore } from "../../../../state/tokens/home.js";
 
 const homes: string[] = [];
 afterEach(() => {

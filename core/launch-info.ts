@@ -1,0 +1,22 @@
+// What names a `run --isolate` launch (docs/decisions.md 114): shared by the broker that mints
+// launches (proxy/launches.ts), the admin API and page that show them, and the metrics.
+
+/** What names a launch in the audit log, `status`, metrics and the admin page. */
+export interface LaunchInfo {
+  readonly id: string;
+  /** The client the launch acts as. */
+  readonly client: string;
+  /** The command line, as `run` was given it (at most 200 characters). */
+  readonly command: string;
+  readonly startedAt: string;
+}
+
+/** The proxy user name a launch authenticates with. */
+export const LAUNCH_USER_PREFIX = "launch-";
+
+/** The launches a broker holds, as the admin API uses them. */
+export interface LaunchDesk {
+  mint(client: string, command: string): LaunchInfo & { token: string };
+  revoke(id: string): LaunchInfo | undefined;
+  list(): LaunchInfo[];
+}
