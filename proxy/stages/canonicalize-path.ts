@@ -29,6 +29,7 @@ export function policyTarget(provider: ProviderRule, target: string): string {
   );
 }
 
+/** On a host several providers share, checkPlaceholders calls this once it picks the provider. */
 export function canonicalizePath(x: Exchange): void {
   if (x.provider !== undefined) x.path = policyTarget(x.provider.rule, x.path);
 }

@@ -2,6 +2,7 @@
 // request is refused before a byte leaves. Placeholders of another client are refused too.
 import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";
+import { canonicalizePath } from "./canonicalize-path.js";
 
 export interface PlaceholderFinding {
   readonly placeholder: string;
@@ -31,8 +32,25 @@ export function findPlaceholders(x: Exchange): PlaceholderFinding[] {
 }
 
 export function checkPlaceholders(x: Exchange): void {
+  checkFindings(x, findPlaceholders(x));
+  if (x.sharedHost === undefined || x.provider === undefined) return;
+  // Decisions 101 and 123: on a shared host the provider is known only now, so its path is put in the
+  // canonical form here (canonicalizePath ran with no provider); placeholders that only the
+  // canonical form spells out are checked like the others.
+  const sent = x.path;
+  canonicalizePath(x);
+  if (x.path === sent) return;
+  const before = new Set(x.rt.placeholders.find(sent));
+  const revealed = x.rt.placeholders.find(x.path).filter((p) => !before.has(p));
+  checkFindings(
+    x,
+    revealed.map((placeholder) => ({ placeholder, where: "url" })),
+  );
+}
+
+function checkFindings(x: Exchange, findings: readonly PlaceholderFinding[]): void {
   const index = x.rt.placeholders;
-  for (const { placeholder, where } of findPlaceholders(x)) {
+  for (const { placeholder, where } of findings) {
     const owner = index.owner(placeholder)!;
     if (x.sharedHost !== undefined) pickSharedProvider(x, owner.provider);
     const providerId = x.provider?.rule.id;

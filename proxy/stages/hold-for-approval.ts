@@ -5,7 +5,9 @@
 // request goes out whole once approved. Requests no rule holds skip this stage at its first test.
 // A place in this broker's room for held requests is taken before the body is read and kept until
 // the request is answered (approvals.max_pending, approvals.max_bytes; decision 108): without one
-// the request is refused with 503 approvals_full and nothing more of its body is kept.
+// the request is refused with 503 approvals_full and nothing more of its body is kept. The place
+// is kept at most the rule's approval timeout, body read included: a body that has not ended by
+// then is answered 408 request_timeout and its place freed (decision 134).
 import { stripQuery } from "../../audit/audit-log.js";
 import { redactText } from "../../audit/redact.js";
 import { BrokerError } from "../../core/errors.js";
@@ -81,17 +83,42 @@ function approvalsFull(x: Exchange, bound: "max_pending" | "max_bytes"): BrokerE
   });
 }
 
+/** 408 request_timeout: the body did not end within the time its place in the room is kept. */
+function bodyTooSlow(x: Exchange, timeoutMs: number): BrokerError {
+  const id = x.provider!.rule.id;
+  return new BrokerError(
+    "request_timeout",
+    `the body of a request that needs approval did not arrive whole within ${Math.round(timeoutMs / 1000)} s (the approval timeout); it was not held`,
+    {
+      provider: id,
+      hint: "send the whole body at once; a request that needs approval is shown to a person only once its body has arrived",
+      headers: { connection: "close" },
+    },
+  );
+}
+
 /**
- * Reads the whole body, refusing one above `limit` bytes as soon as it gets there. A body whose
- * length was not declared is counted in `place` chunk by chunk, and refused (approvals_full) at
- * the chunk that would pass the room's bytes.
+ * Reads the whole body, refusing one above `limit` bytes as soon as it gets there, and one that
+ * has not ended within `timeoutMs` (request_timeout). A body whose length was not declared is
+ * counted in `place` chunk by chunk, and refused (approvals_full) at the chunk that would pass
+ * the room's bytes.
  */
-function readBounded(x: Exchange, limit: number, place: Place | undefined): Promise<Buffer> {
+function readBounded(
+  x: Exchange,
+  limit: number,
+  place: Place | undefined,
+  timeoutMs: number,
+): Promise<Buffer> {
   const req = x.req;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const timer = setTimeout(() => {
+      done();
+      reject(bodyTooSlow(x, timeoutMs));
+    }, timeoutMs);
     const done = () => {
+      clearTimeout(timer);
       req.off("data", onData);
       req.off("end", onEnd);
       req.off("error", onError);
@@ -151,6 +178,8 @@ async function holdIn(
   place: Place,
 ): Promise<void> {
   const match = x.approval!;
+  const timeoutMs = match.rule.timeoutMs ?? x.rt.rules.approvals.timeoutMs;
+  const enteredAt = performance.now();
   if (hasBody(x)) {
     const limit = x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT;
     const length = Number(x.req.headers["content-length"] ?? Number.NaN);
@@ -158,17 +187,18 @@ async function holdIn(
     // A declared length is counted whole before a byte is read (node's parser keeps the body to it).
     const declared = Number.isFinite(length);
     if (declared && !place.add(length)) throw approvalsFull(x, "max_bytes");
-    x.body = await readBounded(x, limit, declared ? undefined : place);
+    x.body = await readBounded(x, limit, declared ? undefined : place, timeoutMs);
   }
   const gone = new AbortController();
   const onClose = () => gone.abort();
   x.res.once("close", onClose);
-  const timeoutMs = match.rule.timeoutMs ?? x.rt.rules.approvals.timeoutMs;
   const preview = bodyPreview(x.body, x.req.headers["content-encoding"]);
   let answer: Awaited<ReturnType<Approvals["hold"]>>;
   const heldFrom = performance.now();
   try {
-    answer = await approvals.hold(request, preview, timeoutMs, gone.signal);
+    // What the body read left of the approval timeout (decision 134), whole ms for the store.
+    const left = Math.max(0, Math.round(timeoutMs - (heldFrom - enteredAt)));
+    answer = await approvals.hold(request, preview, left, gone.signal);
   } finally {
     x.heldMs = performance.now() - heldFrom;
     x.res.off("close", onClose);

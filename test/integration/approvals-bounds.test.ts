@@ -26,6 +26,7 @@ beforeAll(async () => {
       rulesFor(
         u,
         `      - approve: { method: PUT, path: "/repos/*/*/branches/**" }
+      - approve: { method: PUT, path: "/repos/*/*/hooks/**", timeout: 1s }
     pool: { retry_body_limit: 64KiB }
 approvals: { timeout: 60s, max_pending: 2, max_bytes: 16KiB }
 `,
@@ -230,6 +231,47 @@ describe("approvals.max_pending and approvals.max_bytes", () => {
 
     expect(heldIds()).toHaveLength(heldBefore);
     expect(await pendingIds()).toEqual([]);
+    expect(f.upstream.received.length).toBe(upstreamBefore);
+  });
+});
+
+// Decision 134: a place in the room is kept at most the rule's approval timeout, body read
+// included, so bodies that never finish cannot hold every place while nothing is listed.
+describe("bodies that never finish", () => {
+  it("a held request whose body stalls gets 408 at the rule's timeout and its place is freed", async () => {
+    const upstreamBefore = f.upstream.received.length;
+    const heldBefore = heldIds().length;
+    const auth = `Basic ${Buffer.from(`x-access-token:${ph}`).toString("base64")}`;
+    const head = (framing: string) =>
+      `PUT /repos/o/r/hooks/1 HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: ${auth}\r\n${framing}\r\n`;
+
+    // Both places taken (max_pending 2): one byte of each body, then silence.
+    const squats = [];
+    for (const [framing, first] of [
+      ["Transfer-Encoding: chunked\r\n", "1\r\nx\r\n"],
+      ["Content-Length: 100\r\n", "x"],
+    ] as const) {
+      const tls = await openTunnel(f.broker.port, "api.github.com", f.broker.caPath);
+      const answered = firstAnswer(tls);
+      tls.write(head(framing) + first);
+      squats.push({ tls, answered });
+    }
+    for (const { tls, answered } of squats) {
+      const err = brokerError(await answered);
+      expect(err).toMatchObject({ status: 408, code: "request_timeout" });
+      expect(err.message).toContain("did not arrive whole within 1 s");
+      tls.destroy();
+    }
+    expect(heldIds()).toHaveLength(heldBefore);
+
+    // The places are free again: two requests are held, and a third finds the room full.
+    const a = await startHeld('{"n":1}');
+    const b = await startHeld('{"n":2}');
+    expect(outcome(await runProcess("curl", curlArgs('{"n":3}')))).toMatchObject({
+      status: 503,
+      type: "approvals_full",
+    });
+    await denyAll([a, b]);
     expect(f.upstream.received.length).toBe(upstreamBefore);
   });
 });

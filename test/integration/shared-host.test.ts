@@ -2,6 +2,7 @@
 // subscription login all on api.anthropic.com. The placeholder a request carries names the
 // provider and its pool; no placeholder is forwarded untouched; two providers' placeholders in
 // one request are refused before anything leaves.
+import { once } from "node:events";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
@@ -23,6 +24,7 @@ import {
   upstreamRules,
 } from "../helpers/fake-oauth.js";
 import { REAL_ANTHROPIC } from "../helpers/fixture.js";
+import { brokerError, parseAnswer, tunnelExchange } from "../helpers/raw.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
 const TEAM_KEY = "sk-ant-team-4c6e8a0b2d4f6a8c0e2b4d6f";
@@ -46,12 +48,16 @@ function rules(u: FakeUpstream): string {
     hosts: [api.anthropic.com]
     inject: { header: [x-api-key, authorization] }
     credentials: [TEAM_KEY]
+    policy:
+      - deny: { path: "/v1/admin/**" }
+      - approve: { method: PUT, path: "/v1/files/*" }
   claude-sub:
     hosts: [api.anthropic.com]
     oauth: { issuer: "https://${AUTH_HOST}", client_id: app_1, scopes: [openid, offline_access] }
   openai:
     hosts: [api.openai.com]
     credentials: [OPENAI_API_KEY]
+approvals: { timeout: 60s }
 `;
 }
 
@@ -167,6 +173,88 @@ describe("several providers on one host", () => {
       ["passthrough", undefined, 200],
       ["blocked", "anthropic", 400],
       ["blocked", undefined, 403],
+    ]);
+  });
+});
+
+/** `method target` to api.anthropic.com with the anthropic-team placeholder, bytes as written. */
+function team(method: string, target: string): Promise<string> {
+  const head =
+    `${method} ${target} HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: ${vars.ANTHROPIC_TEAM_API_KEY!}\r\n` +
+    `Content-Length: 2\r\nConnection: close\r\n\r\n{}`;
+  return tunnelExchange(broker.port, "api.anthropic.com", broker.caPath, head);
+}
+
+const HELD = /for approval ([0-9a-f]{8}): to let it through run/g;
+
+/** Resolves with the id of the first request the broker holds from now on (its log line). */
+async function nextHeld(seen: number): Promise<string> {
+  for (;;) {
+    const ids = [...broker.stderr().matchAll(HELD)].map((m) => m[1]!);
+    if (ids.length > seen) return ids[seen]!;
+    await once(broker.child.stderr!, "data");
+  }
+}
+
+async function admin(path: string, method: "GET" | "POST" = "GET"): Promise<unknown> {
+  const token = readFileSync(join(broker.home, "admin.token"), "utf8").trim();
+  const res = await request(`${broker.url}/__keybroker/admin/${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}` },
+  });
+  expect(res.statusCode).toBe(200);
+  return res.body.json();
+}
+
+// Decisions 101 and 123: the provider of a shared host is known only from the placeholder, and its
+// policy must still see (and send upstream) the one canonical path of decision 101.
+describe("policy of a provider on a shared host", () => {
+  it("denies every spelling of a denied path, sending nothing", async () => {
+    for (const target of ["/v1/admin/keys", "/v1//admin/keys", "/v1/%61dmin/keys", "/v1/x/../admin/keys"]) {
+      const before = upstream.received.length;
+      const err = brokerError(await team("GET", target));
+      expect([target, err.status, err.code]).toEqual([target, 403, "policy_denied"]);
+      expect(upstream.received.length).toBe(before);
+    }
+  });
+
+  it("refuses a path with more than one reading, and a placeholder only its canonical form spells", async () => {
+    const other = vars.ANTHROPIC_API_KEY!;
+    const hidden = `%${other.charCodeAt(0).toString(16)}${other.slice(1)}`;
+    const before = upstream.received.length;
+    const ambiguous = brokerError(await team("GET", "/v1/admin%2Fkeys"));
+    expect([ambiguous.status, ambiguous.code]).toEqual([400, "bad_request"]);
+    const two = brokerError(await team("GET", `/v1/files/${hidden}`));
+    expect([two.status, two.code]).toEqual([400, "bad_request"]);
+    expect(two.message).toContain('"anthropic-team" and "anthropic"');
+    expect(upstream.received.length).toBe(before);
+  });
+
+  it("forwards the canonical path", async () => {
+    const before = upstream.received.length;
+    const answer = parseAnswer(await team("GET", "/v1//%6dodels/./x"));
+    expect(answer.status, answer.body).toBe(200);
+    expect(upstream.received.slice(before).map((r) => [r.url, r.headers["x-api-key"]])).toEqual([
+      ["/v1/models/x", TEAM_KEY],
+    ]);
+  });
+
+  it("holds another spelling of an approve path, lists and forwards it canonical", async () => {
+    const before = upstream.received.length;
+    const seen = [...broker.stderr().matchAll(HELD)].length;
+    const answer = team("PUT", "/v1//%66iles/f1");
+    const first = await Promise.race([
+      answer.then((text) => ({ answered: text })),
+      nextHeld(seen).then((id) => ({ id })),
+    ]);
+    if ("answered" in first) throw new Error(`not held; answered:\n${first.answered}`);
+    expect(upstream.received.length).toBe(before);
+    const { approvals } = (await admin("approvals")) as { approvals: { id: string; path: string }[] };
+    expect(approvals.find((a) => a.id === first.id)?.path).toBe("/v1/files/f1");
+    await admin(`approvals/${first.id}/approve`, "POST");
+    expect(parseAnswer(await answer).status).toBe(200);
+    expect(upstream.received.slice(before).map((r) => [r.url, r.headers["x-api-key"]])).toEqual([
+      ["/v1/files/f1", TEAM_KEY],
     ]);
   });
 });
