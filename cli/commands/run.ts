@@ -149,6 +149,8 @@ ${COMMON_HELP}`,
           : await adminRequest<StartedLaunch>(ctx.home, running, "POST", "launches", {
               client,
               command: commandLine(command),
+              // The broker ends the launch if this process dies without ending it (decision 136).
+              pid: process.pid,
             });
       let dir: LaunchDir | undefined;
       try {
@@ -169,7 +171,7 @@ ${COMMON_HELP}`,
           broker: { host: where.hostname, port: Number(where.port) },
           accept: broker === undefined ? undefined : (socket) => broker!.acceptConnection(socket),
           authorization: `Basic ${Buffer.from(`${launch.user}:${launch.token}`).toString("base64")}`,
-          hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin]),
+          hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin, ...(launch.hide ?? [])]),
           allow,
           command,
           cwd: ctx.cwd,
