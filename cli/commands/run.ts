@@ -48,7 +48,10 @@ know.
   --isolate        (Linux) run COMMAND in its own user, mount, PID and network namespaces: its
                    only way out is the broker (relayed to the address the proxy variables name),
                    the broker's home, the rule file and the files secrets are read from are
-                   hidden, no process outside is visible, and it gets its own client identity
+                   hidden, /tmp, /var/tmp, /dev/shm and /run/user/<uid> are its own (unix
+                   sockets of servers outside are not reachable there, nor those in /run; one
+                   in your project or home folder is), no process outside is visible, and it
+                   gets its own client identity
                    (a launch, named in the audit log and status) for as long as it runs. The
                    rule file's run: { isolate: true } makes this the default.
   --allow-connect HOST:PORT

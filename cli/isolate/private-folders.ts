@@ -35,7 +35,7 @@ export function dropSocketVariables(env: NodeJS.ProcessEnv): string[] {
 /** The folders that get an empty tmpfs of the agent's own, as they exist here. */
 function privateFolders(uid: number): string[] {
   const found = new Set<string>();
-  for (const d of ["/tmp", "/var/tmp", `/run/user/${uid}`]) {
+  for (const d of ["/tmp", "/var/tmp", "/dev/shm", `/run/user/${uid}`]) {
     try {
       if (statSync(d).isDirectory()) found.add(realpathSync(d));
     } catch {

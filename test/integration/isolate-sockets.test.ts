@@ -1,7 +1,7 @@
 // `run --isolate` and unix sockets (decision 135): a network namespace hides abstract sockets
 // only, so a server outside listening on a socket file (a tmux server in /tmp, the user's bus in
 // /run/user/<uid>, docker.sock in /run, the ssh agent) was a way out. The agent gets its own
-// /tmp, /var/tmp and /run/user/<uid>, the socket files left in /run are covered, and the
+// /tmp, /var/tmp, /dev/shm and /run/user/<uid>, the socket files left in /run are covered, and the
 // variables naming sockets are gone; the working folder under /tmp still works.
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { connect, createServer, type Server } from "node:net";
@@ -54,7 +54,7 @@ afterAll(async () => {
 });
 
 describe("an isolated agent and the unix sockets of servers outside", () => {
-  it("cannot reach those in /tmp, /run/user/<uid> or /run, nor learn their paths; the working folder under /tmp works", async () => {
+  it("cannot reach those in /tmp, /run/user/<uid>, /run or /dev/shm, nor learn their paths; the working folder under /tmp works", async () => {
     const uid = process.getuid?.() ?? 0;
     const tag = `kb-${process.pid}`;
     const project = tempHome();
@@ -62,6 +62,7 @@ describe("an isolated agent and the unix sockets of servers outside", () => {
       join(tempHome(), `${tag}-tmux.sock`),
       `/run/user/${uid}/${tag}-bus.sock`,
       `/run/${tag}-docker.sock`,
+      `/dev/shm/${tag}-shm.sock`,
     ];
     // One in the working folder: the agent's own folder stays as it is (decision 135 says so).
     const inProject = join(project, `${tag}-own.sock`);
@@ -97,11 +98,12 @@ describe("an isolated agent and the unix sockets of servers outside", () => {
       expect(r.status, r.stderr).toBe(0);
       // Written inside, in the working folder under /tmp: it is the same folder outside.
       const probe = JSON.parse(readFileSync(join(project, "probe.json"), "utf8"));
-      const [tmux, bus, docker, own] = probe.outcomes;
+      const [tmux, bus, docker, shm, own] = probe.outcomes;
       for (const [name, outcome] of [
         ["tmux", tmux],
         ["bus", bus],
         ["docker", docker],
+        ["shm", shm],
       ])
         expect(["ENOENT", "ECONNREFUSED", "EACCES"], `${name}: ${outcome}`).toContain(outcome);
       expect(own).toBe("reached");
