@@ -1,11 +1,11 @@
 // The admin API's launches (decision 114), used by `keybroker run --isolate`; only an owner
 // (the home's admin token) gets here, callers.ts refuses everyone else:
 //   GET    launches          → { launches: [...] }
-//   POST   launches          { client, command, pid? } → { id, client, command, startedAt, token, user, hide }
+//   POST   launches          { client, command, pid?, start? } → { id, client, command, startedAt, token, user, hide }
 //   DELETE launches/<id>     → { launch }
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
-import { LAUNCH_USER_PREFIX, type LaunchInfo } from "../proxy/launches.js";
+import { LAUNCH_USER_PREFIX, type LaunchInfo, type LaunchOwner } from "../proxy/launches.js";
 import { secretFiles } from "../secrets/secret-files.js";
 import type { AdminHost } from "./host.js";
 
@@ -20,7 +20,7 @@ export async function handleLaunches(
   const m = ROUTE.exec(route);
   if (m !== null && m[1] === undefined && req.method === "GET") return { launches: broker.launches.list() };
   if (m !== null && m[1] === undefined && req.method === "POST") {
-    const { client, command, pid } = await body();
+    const { client, command, pid, start } = await body();
     if (typeof client !== "string" || !broker.runtime.clients.has(client)) {
       throw new BrokerError(
         "bad_request",
@@ -35,13 +35,24 @@ export async function handleLaunches(
     }
     // The files this broker reads secrets from, from its own folder: run may start elsewhere.
     const hide = secretFiles(broker.runtime.rules, broker.home, process.cwd());
-    if (pid !== undefined && !(Number.isSafeInteger(pid) && (pid as number) > 0)) {
+    if (
+      pid !== undefined &&
+      !(Number.isSafeInteger(pid) && (pid as number) > 0 && typeof start === "string")
+    ) {
       throw new BrokerError(
         "bad_request",
-        '"pid" must be the process id of the run that asks (a positive integer)',
+        '"pid" must be the process id of the run that asks (a positive integer), with "start" its start time as /proc/<pid>/stat gives it',
       );
     }
-    return { ...startLaunch(broker, client, command, pid as number | undefined), hide };
+    return {
+      ...startLaunch(
+        broker,
+        client,
+        command,
+        pid === undefined ? undefined : { pid: pid as number, start: start as string },
+      ),
+      hide,
+    };
   }
   if (m !== null && m[1] !== undefined && req.method === "DELETE") {
     const launch = endLaunch(broker, m[1]);
@@ -64,9 +75,9 @@ export function startLaunch(
   broker: Pick<AdminHost, "launches" | "audit">,
   client: string,
   command: string,
-  pid?: number,
+  owner?: LaunchOwner,
 ): StartedLaunch {
-  const launch = broker.launches.mint(client, command, pid);
+  const launch = broker.launches.mint(client, command, owner);
   broker.audit({
     decision: "launch_started",
     client,

@@ -24,7 +24,13 @@ export interface LaunchInfo {
 interface Launch extends LaunchInfo {
   readonly token: string;
   /** The `run` process the launch lives as long as: its pid and start time. */
-  readonly owner: { readonly pid: number; readonly start: string } | undefined;
+  readonly owner: LaunchOwner | undefined;
+}
+
+/** The `run` process that asked for a launch: its pid and start time, as /proc/<pid>/stat gives it. */
+export interface LaunchOwner {
+  readonly pid: number;
+  readonly start: string;
 }
 
 /** The proxy user name a launch authenticates with. */
@@ -43,10 +49,11 @@ export class Launches {
   onGone: ((launch: LaunchInfo) => void) | undefined;
 
   /**
-   * A new launch for `client`: its id and the token only its agent gets. With `pid`, the launch
-   * ends when that process is gone (when it can be seen at all: else it ends when revoked).
+   * A new launch for `client`: its id and the token only its agent gets. With `owner`, the launch
+   * ends when that process is gone, if this broker sees it at all: the pid with the same start
+   * time (in another PID namespace the pid may name another process); else it ends when revoked.
    */
-  mint(client: string, command: string, pid?: number): LaunchInfo & { token: string } {
+  mint(client: string, command: string, owner?: LaunchOwner): LaunchInfo & { token: string } {
     if (this.#byId.size >= MAX_LAUNCHES) throw new Error(`more than ${MAX_LAUNCHES} launches at once`);
     const launch: Launch = {
       id: randomBytes(6).toString("hex"),
@@ -54,7 +61,7 @@ export class Launches {
       command: command.length > 200 ? `${command.slice(0, 199)}…` : command,
       startedAt: new Date().toISOString(),
       token: randomBytes(24).toString("base64url"),
-      owner: ownerOf(pid),
+      owner: owner !== undefined && processStart(owner.pid) === owner.start ? owner : undefined,
     };
     this.#byId.set(launch.id, launch);
     if (launch.owner !== undefined && this.#sweep === undefined) {
@@ -129,12 +136,6 @@ export class Launches {
     }
     return state;
   }
-}
-
-function ownerOf(pid: number | undefined): Launch["owner"] {
-  if (pid === undefined) return undefined;
-  const start = processStart(pid);
-  return start === undefined ? undefined : { pid, start };
 }
 
 function info(l: Launch): LaunchInfo {

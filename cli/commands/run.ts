@@ -5,6 +5,7 @@ import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
 import type { AgentView } from "../../proxy/agent-view.js";
+import { processStart } from "../../proxy/process-start.js";
 import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { adminRequest } from "../admin-client.js";
@@ -153,7 +154,7 @@ ${COMMON_HELP}`,
               client,
               command: commandLine(command),
               // The broker ends the launch if this process dies without ending it (decision 136).
-              pid: process.pid,
+              ...runProcess(),
             });
       let dir: LaunchDir | undefined;
       try {
@@ -191,6 +192,12 @@ ${COMMON_HELP}`,
     }
   },
 };
+
+/** This process, for the broker to tie the launch to (decision 136); nothing when unseen. */
+function runProcess(): { pid: number; start: string } | Record<string, never> {
+  const start = processStart(process.pid);
+  return start === undefined ? {} : { pid: process.pid, start };
+}
 
 /** The one line `run` says when the command is not isolated (SPEC §20, decision 116). */
 const NOT_ISOLATED =
