@@ -8,6 +8,7 @@ import type { Agent } from "undici";
 import { ADMIN_PREFIX, handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
 import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
+import { auditLaunchEnded } from "../admin/launches-api.js";
 import { AdminPage, isAdminPagePath } from "../admin/page.js";
 import { Sessions } from "../admin/sessions.js";
 import { providerStatuses } from "../admin/status.js";
@@ -242,6 +243,7 @@ export class Broker implements AdminHost {
     const options = serverOptions(rt.rules);
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
     this.metrics.launches = () => this.launches.list();
+    this.launches.onGone = (launch) => auditLaunchEnded(this, launch, "its run is gone");
     this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
     if (!isLoopbackHost(rt.rules.listen.host)) {
       this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
@@ -519,6 +521,7 @@ export class Broker implements AdminHost {
     await closed;
     await this.#agent.destroy().catch(() => {});
     this.approvals.close();
+    this.launches.close();
     this.logins.close();
     this.#refresher.close();
     this.pools.flush();
