@@ -149,3 +149,6 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
     },
   };
 }
+
+/** Either fixture, for helpers that only send requests and read what the broker logged. */
+export type AnyFixture = InProcessFixture | import("./fixture.js").Fixture;
