@@ -89,6 +89,8 @@ export interface InProcessFixture {
   readonly dir: string;
   /** The placeholder `keybroker env --client <client>` prints for the provider's variable. */
   placeholder(provider: string, client?: string): Promise<string>;
+  /** Every placeholder `keybroker env --client <client>` prints, by variable name. */
+  placeholders(client?: string): Record<string, string>;
   /** `keybroker <args> --home <home> --config <rule file>`: a real CLI, talking to this broker. */
   cli(args: string[], opts?: { env?: Record<string, string> }): Promise<CliResult>;
   proxyAgent(): ProxyAgent;
@@ -119,6 +121,11 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
   };
   opts.prepareHome?.(home);
   const broker = await startInProcessBroker({ home, config, env });
+  const placeholders = (client = "default") => {
+    const view = agentView(broker.broker.runtime, client);
+    if (view === undefined) throw new Error(`no client ${client} in the rules`);
+    return { ...view.placeholders };
+  };
   return {
     upstream,
     broker,
@@ -127,14 +134,12 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
     cli: (args, cliOpts = {}) => cliAsync([...args, "--home", home, "--config", config], cliOpts),
     proxyAgent: () =>
       new ProxyAgent({ uri: broker.url, requestTls: { ca: readFileSync(broker.caPath, "utf8") } }),
+    placeholders,
     async placeholder(provider: string, client = "default") {
-      const view = agentView(broker.broker.runtime, client);
-      if (view === undefined) throw new Error(`no client ${client} in the rules`);
-      const value = view.placeholders[VARIABLES[provider] ?? ""];
+      const vars = placeholders(client);
+      const value = vars[VARIABLES[provider] ?? ""];
       if (value === undefined)
-        throw new Error(
-          `no placeholder for ${provider} in ${JSON.stringify(Object.keys(view.placeholders))}`,
-        );
+        throw new Error(`no placeholder for ${provider} in ${JSON.stringify(Object.keys(vars))}`);
       return value;
     },
     leaks: () =>
