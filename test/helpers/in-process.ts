@@ -7,7 +7,6 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent } from "undici";
 import { createLogger } from "../../core/log.js";
-import { agentView } from "../../proxy/agent-view.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
 import { type CliResult, cliAsync, findSecrets, outputs, tempHome, writeConfig } from "./broker.js";
@@ -20,6 +19,7 @@ import {
   REAL_OPENAI,
   rulesFor,
 } from "./fixture.js";
+import { agentPlaceholders, placeholderOf } from "./placeholders.js";
 import { type FakeUpstream, startUpstream } from "./upstream.js";
 
 export interface InProcessBroker {
@@ -98,13 +98,6 @@ export interface InProcessFixture {
   close(): Promise<void>;
 }
 
-const VARIABLES: Record<string, string> = {
-  openai: "OPENAI_API_KEY",
-  anthropic: "ANTHROPIC_API_KEY",
-  gemini: "GEMINI_API_KEY",
-  github: "GITHUB_TOKEN",
-};
-
 /** startFixture (fixture.ts), the broker built in this process. */
 export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<InProcessFixture> {
   const upstream = await startUpstream();
@@ -121,11 +114,7 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
   };
   opts.prepareHome?.(home);
   const broker = await startInProcessBroker({ home, config, env });
-  const placeholders = (client = "default") => {
-    const view = agentView(broker.broker.runtime, client);
-    if (view === undefined) throw new Error(`no client ${client} in the rules`);
-    return { ...view.placeholders };
-  };
+  const placeholders = (client = "default") => agentPlaceholders(broker.broker.runtime, client);
   return {
     upstream,
     broker,
@@ -135,13 +124,8 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
     proxyAgent: () =>
       new ProxyAgent({ uri: broker.url, requestTls: { ca: readFileSync(broker.caPath, "utf8") } }),
     placeholders,
-    async placeholder(provider: string, client = "default") {
-      const vars = placeholders(client);
-      const value = vars[VARIABLES[provider] ?? ""];
-      if (value === undefined)
-        throw new Error(`no placeholder for ${provider} in ${JSON.stringify(Object.keys(vars))}`);
-      return value;
-    },
+    placeholder: async (provider: string, client = "default") =>
+      placeholderOf(placeholders(client), provider),
     leaks: () =>
       findSecrets(
         [...ALL_REAL, ...Object.values(opts.env ?? {})],
