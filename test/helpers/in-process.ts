@@ -3,6 +3,7 @@
 // start-up of its own). Its log lines are kept (JSON, as the child writes to a pipe) for the
 // secret scan; placeholders come from the function `keybroker env` reads them with. Tests of
 // the CLI, of a process's lifecycle and of what a user runs keep the child (broker.ts).
+import { EventEmitter } from "node:events";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent } from "undici";
@@ -31,6 +32,8 @@ export interface InProcessBroker {
   readonly bundlePath: string;
   /** What it logged so far (a child broker writes it to stderr). */
   stderr(): string;
+  /** Emits "data" for each line it logs, as a child's stderr does. */
+  readonly logged: EventEmitter;
   /** Loads the rule file again and swaps it in, as SIGHUP does. */
   reload(): Promise<void>;
   stop(): Promise<void>;
@@ -49,9 +52,15 @@ export async function startInProcessBroker(opts: InProcessOptions = {}): Promise
   const home = opts.home ?? tempHome();
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...opts.env };
   const lines: string[] = [];
+  const logged = new EventEmitter();
   const log = createLogger(undefined, {
     env: { ...env, KEYBROKER_LOG_FORMAT: "json" },
-    stream: { write: (line: string) => lines.push(line) },
+    stream: {
+      write: (line: string) => {
+        lines.push(line);
+        logged.emit("data", line);
+      },
+    },
   });
   const broker = await Broker.create({
     home,
@@ -71,6 +80,7 @@ export async function startInProcessBroker(opts: InProcessOptions = {}): Promise
     caPath: broker.ca.certPath,
     bundlePath: broker.bundlePath,
     stderr: () => lines.join(""),
+    logged,
     reload: () => broker.reload(loadRules(opts.config)),
     async stop() {
       if (stopped) return;
