@@ -9,7 +9,7 @@ import { type TLSSocket, connect as tlsConnect } from "node:tls";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { runProcess } from "../helpers/broker.js";
 import { curlChatArgs } from "../helpers/curl.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { connectThrough, openSocket, openTunnel, parseAnswer } from "../helpers/raw.js";
 
 const CAP = 64;
@@ -17,12 +17,12 @@ const FLOOD = 100;
 /** Requests of the fresh-tunnel client, each on a CONNECT of its own. */
 const FRESH = 20;
 
-let f: Fixture;
+let f: InProcessFixture;
 let ph: string;
 
 beforeAll(async () => {
   // Timeouts long enough that nothing is closed by them while the test runs.
-  f = await startFixture({
+  f = await startInProcessFixture({
     extraRules: `timeouts: { handshake: 60s, headers: 60s, keep_alive: 60s }\nlimits: { connections: ${CAP} }\n`,
   });
   ph = await f.placeholder("openai");
