@@ -14,6 +14,8 @@ export default defineConfig({
     exclude: process.env.KEYBROKER_CONFORMANCE
       ? ["**/node_modules/**"]
       : ["test/conformance/**", "**/node_modules/**"],
+    // Rebuilds dist/ when a source is newer than its build: the CLI tests run dist/.
+    globalSetup: ["test/global-setup.ts"],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: "forks",

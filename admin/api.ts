@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
 import { VERSION } from "../core/version.js";
+import { kindOf } from "../rules/kinds/index.js";
 import { agentView } from "./agent-view.js";
 import { handleApprovals } from "./approvals-api.js";
 import { authorizeAdmin, isApprovalsRoute } from "./callers.js";
@@ -138,8 +139,9 @@ export async function handleAdmin(
       }
       // An OAuth provider's credentials are its logins (the token store, as the broker holds it).
       const rule = broker.runtime.providers.get(provider)!.rule;
-      const refs =
-        rule.oauth === undefined ? rule.credentials : broker.logins.members(provider).map((e) => e.login.id);
+      const refs = kindOf(rule).poolOfLogins
+        ? broker.logins.members(provider).map((e) => e.login.id)
+        : rule.credentials;
       if (credential !== undefined && (typeof credential !== "string" || !refs.includes(credential))) {
         throw new BrokerError(
           "bad_request",

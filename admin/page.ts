@@ -10,6 +10,7 @@ import { isIP } from "node:net";
 import { join } from "node:path";
 import { packageRoot } from "../core/package-root.js";
 import { isLoopbackHost } from "../rules/address.js";
+import { kindOf } from "../rules/kinds/index.js";
 import { parseDuration } from "../rules/units.js";
 import { type AdminRole, IDLE_MS, type Session } from "../state/sessions/store.js";
 import { statusReport } from "./api.js";
@@ -457,7 +458,8 @@ export class AdminPage {
     const host = this.#host;
     const rule = host.runtime.providers.get(provider)?.rule;
     const store = host.logins.store;
-    const login = rule?.oauth === undefined ? undefined : await store.get(provider, id);
+    const login =
+      rule === undefined || !kindOf(rule).poolOfLogins ? undefined : await store.get(provider, id);
     if (login === undefined) return ["error", `There is no login ${provider}/${id}.`];
     let note = "";
     try {
@@ -476,7 +478,7 @@ export class AdminPage {
       note = ` (revoking it failed: ${(err as Error).message})`;
     }
     await store.remove(provider, id);
-    if (rule?.mcp !== undefined) await host.sharedState.mcp.removeBinding(provider, id);
+    if (kindOf(rule!).boundLogins) await host.sharedState.mcp.removeBinding(provider, id);
     return ["ok", `Removed the login ${provider}/${id}${note}.`];
   }
 
@@ -502,7 +504,7 @@ export class AdminPage {
     }
     if (view === "actions") {
       const oauthProviders = [...this.#host.runtime.providers.values()]
-        .filter((p) => p.rule.oauth !== undefined && p.rule.oauth.grant === "device")
+        .filter((p) => kindOf(p.rule).personLogins && p.rule.oauth?.grant === "device")
         .map((p) => p.rule.id);
       frame = actionsFrame({ report, oauthProviders }, f);
     }

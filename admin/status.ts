@@ -2,6 +2,7 @@
 // state and reset time. Built from a runtime and the pool state; never holds a value.
 import type { AuditHealth } from "../audit/audit-log.js";
 import type { LaunchInfo } from "../core/launch-info.js";
+import { kindOf } from "../rules/kinds/index.js";
 import type { CredentialState } from "../secrets/pool.js";
 import { fingerprintOf } from "../secrets/secret.js";
 import type { StateHealth } from "../state/shared-state.js";
@@ -87,30 +88,22 @@ export function providerStatuses(
       active: p.active,
       hosts: p.rule.hosts.map((h) => h.source),
       mount: p.rule.mount,
-      note:
-        p.rule.mcp !== undefined
-          ? `MCP server ${p.rule.mcp.url}: keybroker logs in to it (keybroker auth add ${p.rule.id})`
-          : p.rule.oauth === undefined
-            ? undefined
-            : p.rule.oauth.grant === "client_credentials"
-              ? "authenticates with OAuth client credentials: the broker fetches its token, no login"
-              : `authenticates with OAuth logins (keybroker auth add ${p.rule.id})`,
-      credentials:
-        p.rule.oauth !== undefined
-          ? logins(p.rule.id).map((l) => loginStatus(l, states[l.id]))
-          : p.resolutions.map((r) => {
-              const s = states[r.ref];
-              return {
-                id: r.ref,
-                source: r.secret?.source,
-                fingerprint: r.secret?.fingerprint,
-                state: r.secret === undefined ? "missing" : (s?.state ?? "ok"),
-                until: s?.until === undefined ? undefined : new Date(s.until).toISOString(),
-                reason: s?.reason,
-                requests: s?.requests ?? 0,
-                marks: s?.marks ?? 0,
-              };
-            }),
+      note: kindOf(p.rule).statusNote(p.rule),
+      credentials: kindOf(p.rule).poolOfLogins
+        ? logins(p.rule.id).map((l) => loginStatus(l, states[l.id]))
+        : p.resolutions.map((r) => {
+            const s = states[r.ref];
+            return {
+              id: r.ref,
+              source: r.secret?.source,
+              fingerprint: r.secret?.fingerprint,
+              state: r.secret === undefined ? "missing" : (s?.state ?? "ok"),
+              until: s?.until === undefined ? undefined : new Date(s.until).toISOString(),
+              reason: s?.reason,
+              requests: s?.requests ?? 0,
+              marks: s?.marks ?? 0,
+            };
+          }),
     });
   }
   return out;

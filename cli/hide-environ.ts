@@ -5,7 +5,8 @@
 import { blankInitialValues } from "../core/initial-environ.js";
 import { CATALOGUE } from "../rules/catalogue.js";
 import { parseRef } from "../rules/credential-ref.js";
-import { derivedEnvName, isOAuthOnly } from "../rules/provider-defaults.js";
+import { kindOfEntry } from "../rules/kinds/index.js";
+import { derivedEnvName } from "../rules/provider-defaults.js";
 import { secretVariableNames } from "../rules/secret-variables.js";
 import type { Rules } from "../rules/types.js";
 import { stripSecrets } from "./strip-secrets.js";
@@ -14,7 +15,7 @@ import { stripSecrets } from "./strip-secrets.js";
 function catalogueVariables(): string[] {
   const out: string[] = [];
   for (const [id, entry] of Object.entries(CATALOGUE)) {
-    if (isOAuthOnly(id)) continue;
+    if (!kindOfEntry(entry).keyFromPlaceholder) continue;
     const env = entry.placeholder?.env ?? derivedEnvName(id);
     // Every alias the catalogue sets may hold a real key too (decision 122).
     const refs = [...(entry.credentials ?? []), ...(Array.isArray(env) ? env : [env])];

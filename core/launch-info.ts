@@ -14,9 +14,15 @@ export interface LaunchInfo {
 /** The proxy user name a launch authenticates with. */
 export const LAUNCH_USER_PREFIX = "launch-";
 
+/** The `run` process that asked for a launch: its pid and start time, as /proc/<pid>/stat gives it. */
+export interface LaunchOwner {
+  readonly pid: number;
+  readonly start: string;
+}
+
 /** The launches a broker holds, as the admin API uses them. */
 export interface LaunchDesk {
-  mint(client: string, command: string): LaunchInfo & { token: string };
+  mint(client: string, command: string, owner?: LaunchOwner): LaunchInfo & { token: string };
   revoke(id: string): LaunchInfo | undefined;
   list(): LaunchInfo[];
 }

@@ -3,28 +3,47 @@
 // A launch authenticates as `launch-<id>` with its own token and acts as the client it was
 // minted for, with the role `user` at most: a launch is never an owner or admin, whatever the
 // client is. Launches live in the broker's memory only and survive reloads (the client is
-// looked up again in each new rule set).
+// looked up again in each new rule set). A launch minted for a `run` of this machine is tied to
+// that process (decision 136): a sweep every few seconds, off the request path, ends the
+// launches whose `run` is gone, killed before it could give the launch back.
 import { randomBytes } from "node:crypto";
-import { LAUNCH_USER_PREFIX, type LaunchDesk, type LaunchInfo } from "../core/launch-info.js";
+import {
+  LAUNCH_USER_PREFIX,
+  type LaunchDesk,
+  type LaunchInfo,
+  type LaunchOwner,
+} from "../core/launch-info.js";
 import { sameToken } from "../core/same-token.js";
+import { processStart } from "./process-start.js";
 import type { ClientState, Runtime } from "./runtime.js";
 
 interface Launch extends LaunchInfo {
   readonly token: string;
+  /** The `run` process the launch lives as long as: its pid and start time. */
+  readonly owner: LaunchOwner | undefined;
 }
 
 /** More launches than this at once is a runaway loop, not a person's agents. */
 const MAX_LAUNCHES = 1000;
+/** How often the launches of `run` processes that are gone are looked for. */
+const SWEEP_MS = 2000;
 
-export { LAUNCH_USER_PREFIX, type LaunchInfo };
+export { LAUNCH_USER_PREFIX, type LaunchInfo, type LaunchOwner };
 
 export class Launches implements LaunchDesk {
   readonly #byId = new Map<string, Launch>();
   /** Derived client states, per rule set (a reload builds new ones). */
   #derived = new WeakMap<Runtime, Map<string, ClientState>>();
+  #sweep: NodeJS.Timeout | undefined;
+  /** Told of each launch the sweep ended (the broker audits it). */
+  onGone: ((launch: LaunchInfo) => void) | undefined;
 
-  /** A new launch for `client`: its id and the token only its agent gets. */
-  mint(client: string, command: string): LaunchInfo & { token: string } {
+  /**
+   * A new launch for `client`: its id and the token only its agent gets. With `owner`, the launch
+   * ends when that process is gone, if this broker sees it at all: the pid with the same start
+   * time (in another PID namespace the pid may name another process); else it ends when revoked.
+   */
+  mint(client: string, command: string, owner?: LaunchOwner): LaunchInfo & { token: string } {
     if (this.#byId.size >= MAX_LAUNCHES) throw new Error(`more than ${MAX_LAUNCHES} launches at once`);
     const launch: Launch = {
       id: randomBytes(6).toString("hex"),
@@ -32,9 +51,31 @@ export class Launches implements LaunchDesk {
       command: command.length > 200 ? `${command.slice(0, 199)}…` : command,
       startedAt: new Date().toISOString(),
       token: randomBytes(24).toString("base64url"),
+      owner: owner !== undefined && processStart(owner.pid) === owner.start ? owner : undefined,
     };
     this.#byId.set(launch.id, launch);
-    return launch;
+    if (launch.owner !== undefined && this.#sweep === undefined) {
+      this.#sweep = setInterval(() => this.#endOrphans(), SWEEP_MS);
+      this.#sweep.unref();
+    }
+    return { ...info(launch), token: launch.token };
+  }
+
+  /** Ends the launches whose `run` is gone; stops looking when none is tied to a process. */
+  #endOrphans(): void {
+    let tied = 0;
+    for (const launch of [...this.#byId.values()]) {
+      if (launch.owner === undefined) continue;
+      if (processStart(launch.owner.pid) === launch.owner.start) tied++;
+      else if (this.revoke(launch.id) !== undefined) this.onGone?.(info(launch));
+    }
+    if (tied === 0) this.close();
+  }
+
+  /** Stops the sweep (the broker closes). */
+  close(): void {
+    clearInterval(this.#sweep);
+    this.#sweep = undefined;
   }
 
   /** Ends a launch: its token stops working at once. Returns it, or undefined if unknown. */

@@ -3,6 +3,7 @@
 import type { Agent } from "undici";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches } from "../rules/host-pattern.js";
+import { kindOf } from "../rules/kinds/index.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { createUpstreamAgent } from "./upstream.js";
 
@@ -28,9 +29,9 @@ export function allowsPrivate(rules: Rules, host: string, port: number): boolean
       p.allowPrivateUpstream &&
       (p.hosts.some((h) => hostMatches(h, host, port)) ||
         oauthTargets(p).has(`${host.replace(/^\[|\]$/g, "").toLowerCase()}:${port}`) ||
-        (p.mcp !== undefined &&
+        (kindOf(p).boundLogins &&
           isLoopbackHost(host.replace(/^\[|\]$/g, "")) &&
-          isLoopbackHost(new URL(p.mcp.url).hostname.replace(/^\[|\]$/g, "")))),
+          isLoopbackHost(new URL(p.mcp!.url).hostname.replace(/^\[|\]$/g, "")))),
   );
 }
 

@@ -3,6 +3,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { sameToken } from "../core/same-token.js";
 import { hostMatches, hostPatternKey } from "../rules/host-pattern.js";
+import { kindOf } from "../rules/kinds/index.js";
 import type { ClientRule, HostPattern, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
 import type { Refresher } from "../secrets/oauth/refresher.js";
@@ -49,18 +50,6 @@ export interface ProviderState {
   /** A credential resolved, or the rule file names the provider explicitly. */
   readonly intercepted: boolean;
   readonly active: boolean;
-}
-
-/** The credential references a service-account provider is made of, or undefined for a pool. */
-export function authRefs(rule: ProviderRule): string[] | undefined {
-  const auth = rule.auth;
-  if (auth === undefined) return undefined;
-  if (auth.kind === "google_service_account") return [auth.key];
-  return [
-    auth.accessKeyId,
-    auth.secretAccessKey,
-    ...(auth.sessionToken === undefined ? [] : [auth.sessionToken]),
-  ];
 }
 
 /**
@@ -147,15 +136,10 @@ export class Runtime {
     await Promise.all(
       rules.providers.map(async (given) => {
         const rule = await withAliasCredential(given, resolver);
-        const refs = authRefs(rule) ?? rule.credentials;
-        const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
-        // A service account needs every part of it; a pool needs one member; an OAuth
-        // provider's logins come and go with the token store, so it is always served.
-        const active =
-          rule.oauth !== undefined ||
-          (rule.auth === undefined
-            ? resolutions.some((r) => r.secret !== undefined)
-            : resolutions.every((r) => r.secret !== undefined));
+        const kind = kindOf(rule);
+        const resolutions = await Promise.all(kind.loadRefs(rule).map((ref) => resolver.resolve(ref)));
+        const resolved = resolutions.filter((r) => r.secret !== undefined).length;
+        const active = kind.active(resolved, resolutions.length);
         providers.set(rule.id, { rule, resolutions, active, intercepted: active || !rule.fromCatalogue });
       }),
     );
@@ -184,7 +168,8 @@ export class Runtime {
     let patterns = this.#scrubCache.get(key);
     if (patterns === undefined) {
       const values = new Set([x.secret.reveal()]);
-      for (const ref of [...x.provider.rule.credentials, ...(authRefs(x.provider.rule) ?? [])]) {
+      const rule = x.provider.rule;
+      for (const ref of [...rule.credentials, ...kindOf(rule).signingRefs(rule)]) {
         const s = this.resolver.peek(ref);
         if (s !== undefined) values.add(s.reveal());
       }

@@ -9,6 +9,7 @@ import type { Agent } from "undici";
 import { handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
 import { callerOf } from "../admin/callers.js";
 import type { AdminHost } from "../admin/host.js";
+import { auditLaunchEnded } from "../admin/launches-api.js";
 import { AdminPage } from "../admin/page.js";
 import { Sessions } from "../admin/sessions.js";
 import { providerStatuses } from "../admin/status.js";
@@ -27,6 +28,7 @@ import { knownSecrets } from "../core/scrub.js";
 import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
 import { MetricsEndpoint } from "../metrics/endpoint.js";
+import { kindOf } from "../rules/kinds/index.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
 import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
@@ -181,6 +183,7 @@ export class Broker implements AdminHost {
     });
     this.#adminPage = new AdminPage(this, this.#adminToken, this.usage, new Sessions(shared.sessions));
     this.metrics.launches = () => this.launches.list();
+    this.launches.onGone = (launch) => auditLaunchEnded(this, launch, "its run is gone");
     this.#pipeline = new Pipeline({
       log: opts.log,
       auditWritable: () => this.#audit?.writable ?? true,
@@ -285,7 +288,7 @@ export class Broker implements AdminHost {
       client: (provider) => this.oauthClient(provider),
       loginClient: (provider, id) => {
         const rule = this.#rt.providers.get(provider)?.rule;
-        return rule?.mcp === undefined ? undefined : this.#mcpClient(rule, id);
+        return rule === undefined || !kindOf(rule).boundLogins ? undefined : this.#mcpClient(rule, id);
       },
       onEvent: (decision, login, detail) => {
         const fingerprint = fingerprintOf(login.accessToken);
@@ -328,10 +331,10 @@ export class Broker implements AdminHost {
   oauthClient(provider: string): OAuthClient | undefined {
     const rule = this.#rt.providers.get(provider)?.rule;
     // An MCP server's client belongs to each login (its binding): see #mcpClient.
-    if (rule?.oauth === undefined || rule.mcp !== undefined) return undefined;
+    if (rule === undefined || !kindOf(rule).poolOfLogins || kindOf(rule).boundLogins) return undefined;
     let client = this.#oauthClients.get(rule);
     if (client === undefined) {
-      const spec = rule.oauth;
+      const spec = rule.oauth!;
       const resolver = this.#rt.resolver;
       client = new OAuthClient(
         provider,
@@ -349,7 +352,9 @@ export class Broker implements AdminHost {
 
   async loginClient(provider: string, id: string): Promise<OAuthClient | undefined> {
     const rule = this.#rt.providers.get(provider)?.rule;
-    return rule?.mcp === undefined ? this.oauthClient(provider) : this.#mcpClient(rule, id);
+    return rule !== undefined && kindOf(rule).boundLogins
+      ? this.#mcpClient(rule, id)
+      : this.oauthClient(provider);
   }
 
   /** Records one audit line (for the admin API and page). */
@@ -447,6 +452,7 @@ export class Broker implements AdminHost {
     await closed;
     await this.#agent.destroy().catch(() => {});
     this.approvals.close();
+    this.launches.close();
     this.logins.close();
     this.#refresher.close();
     this.pools.flush();

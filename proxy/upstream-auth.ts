@@ -2,7 +2,8 @@
 // authorized right before it leaves, after every other header change (SPEC §9).
 import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
-import type { ProviderRule } from "../rules/types.js";
+import { unhandledKind } from "../rules/kinds/index.js";
+import type { AwsSigV4Auth, GoogleServiceAccountAuth, ProviderRule } from "../rules/types.js";
 import { DEFAULT_GOOGLE_SCOPE, GoogleTokenSource } from "../secrets/google-sa.js";
 import { describeAttempts, type SecretResolver } from "../secrets/resolver.js";
 import { Secret } from "../secrets/secret.js";
@@ -36,31 +37,52 @@ export function createUpstreamAuth(
   resolver: SecretResolver,
   dispatcher: () => Dispatcher,
 ): UpstreamAuth | undefined {
-  const auth = rule.auth;
-  if (auth === undefined) return undefined;
-  if (auth.kind === "google_service_account") {
-    const tokens = new GoogleTokenSource(
-      rule.id,
-      auth.scopes ?? [DEFAULT_GOOGLE_SCOPE],
-      async () => (await resolveValue(resolver, auth.key, rule.id, "service-account key")).reveal(),
-      (opts) => dispatcher().request(opts),
-      auth.tokenTimeoutMs,
-    );
-    return {
-      needsBody: false,
-      async authorize(x) {
-        const token = await tokens.token();
-        x.secret = token;
-        setHeader(x.headers, "authorization", `Bearer ${token.reveal()}`);
-        // A client that sent its placeholder as an API key header does not need it upstream.
-        for (const name of rule.inject.headers) if (name !== "authorization") removeHeader(x.headers, name);
-      },
-      rejected() {
-        tokens.invalidate();
-        return true;
-      },
-    };
+  // The one place a provider kind's signer is chosen (decision 132).
+  switch (rule.kind) {
+    case "google_service_account":
+      return googleServiceAccount(rule, rule.auth as GoogleServiceAccountAuth, resolver, dispatcher);
+    case "aws_sigv4":
+      return awsSigV4(rule, rule.auth as AwsSigV4Auth, resolver);
+    case "key_pool":
+    case "oauth_login":
+    case "client_credentials":
+    case "mcp":
+      return undefined;
+    default:
+      return unhandledKind(rule.kind);
   }
+}
+
+function googleServiceAccount(
+  rule: ProviderRule,
+  auth: GoogleServiceAccountAuth,
+  resolver: SecretResolver,
+  dispatcher: () => Dispatcher,
+): UpstreamAuth {
+  const tokens = new GoogleTokenSource(
+    rule.id,
+    auth.scopes ?? [DEFAULT_GOOGLE_SCOPE],
+    async () => (await resolveValue(resolver, auth.key, rule.id, "service-account key")).reveal(),
+    (opts) => dispatcher().request(opts),
+    auth.tokenTimeoutMs,
+  );
+  return {
+    needsBody: false,
+    async authorize(x) {
+      const token = await tokens.token();
+      x.secret = token;
+      setHeader(x.headers, "authorization", `Bearer ${token.reveal()}`);
+      // A client that sent its placeholder as an API key header does not need it upstream.
+      for (const name of rule.inject.headers) if (name !== "authorization") removeHeader(x.headers, name);
+    },
+    rejected() {
+      tokens.invalidate();
+      return true;
+    },
+  };
+}
+
+function awsSigV4(rule: ProviderRule, auth: AwsSigV4Auth, resolver: SecretResolver): UpstreamAuth {
   return {
     needsBody: true,
     async authorize(x) {

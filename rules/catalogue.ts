@@ -2,7 +2,7 @@
 // would write them. A rule file's provider of the same id is merged over its entry; the others
 // serve as they are unless the file says `catalogue: false`. Data only: defaults (format,
 // credentials = [placeholder variable], pool) are filled by the same compiler as a rule file's.
-import type { ProviderInput } from "./schema.js";
+import type { ProviderInput } from "./schema/index.js";
 
 export const CATALOGUE_ORIGIN = "embedded default catalogue";
 

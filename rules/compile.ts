@@ -7,18 +7,16 @@ import { splitCommandLine } from "../core/command-line.js";
 import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
+import { effectiveProvider } from "./effective-provider.js";
 import { parseHostPattern } from "./host-pattern.js";
-import {
-  effectiveMount,
-  effectivePlaceholderEnv,
-  isOAuthOnly,
-  mcpBinding,
-  mergeProviders,
-} from "./provider-defaults.js";
-import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema.js";
+import { kindOf } from "./kinds/index.js";
+import { mergeProviders } from "./provider-defaults.js";
+import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
+import { OAUTH_AS_WRITTEN } from "./schema/oauth.js";
 import type {
   ClientRule,
   InjectSpec,
+  OAuthAsWritten,
   OAuthSpec,
   PolicyRule,
   ProviderAuth,
@@ -148,16 +146,13 @@ export const DEFAULT_TIMEOUTS: Timeouts = {
   upstreamMs: 30 * 60_000,
 };
 
+/** Each `timeouts:` key given, in milliseconds, over its default (`keep_alive` → `keepAliveMs`). */
 function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
-  const ms = (value: string | number | undefined, fallback: number) =>
-    (value === undefined ? undefined : parseDuration(value)) ?? fallback;
-  return {
-    handshakeMs: ms(t?.handshake, DEFAULT_TIMEOUTS.handshakeMs),
-    headersMs: ms(t?.headers, DEFAULT_TIMEOUTS.headersMs),
-    keepAliveMs: ms(t?.keep_alive, DEFAULT_TIMEOUTS.keepAliveMs),
-    tunnelIdleMs: ms(t?.tunnel_idle, DEFAULT_TIMEOUTS.tunnelIdleMs),
-    upstreamMs: ms(t?.upstream, DEFAULT_TIMEOUTS.upstreamMs),
-  };
+  const given = Object.entries(t ?? {}).flatMap(([key, value]) => {
+    const ms = value === undefined ? undefined : parseDuration(value);
+    return ms === undefined ? [] : [[`${camelCase(key)}Ms`, ms]];
+  });
+  return { ...DEFAULT_TIMEOUTS, ...Object.fromEntries(given) };
 }
 
 function compileListen(listen: RuleFile["listen"]): Rules["listen"] {
@@ -234,20 +229,18 @@ function compileProvider(
   ctx: Context,
 ): ProviderRule {
   // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
-  const mcp = mcpBinding(given.mcp);
+  const shape = effectiveProvider(id, given, catalogueEntry);
+  const { kind, mcp, env } = shape;
   const input: ProviderInput =
-    mcp === undefined
-      ? given
-      : { ...given, hosts: [mcp.host], upstream: mcp.upstream, credentials: [], oauth: given.oauth ?? {} };
-  const env = effectivePlaceholderEnv(id, input.placeholder?.env, catalogueEntry, input.oauth !== undefined);
+    mcp === undefined ? given : { ...given, credentials: [], oauth: given.oauth ?? {} };
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
-  // OAuth-only and service-account providers have their credential elsewhere, not in `<ID>_API_KEY`.
-  // An OAuth provider's credentials are its logins (SPEC §8), kept in the token store.
-  // Without `credentials`, the key is read from the first placeholder variable that has a value
-  // (decision 122): the others are its aliases, tried in order.
-  const keyed = !(isOAuthOnly(id) || input.auth !== undefined || input.oauth !== undefined);
+  // Only a key pool's key is in its placeholder variable: an OAuth provider's credentials are
+  // its logins (SPEC §8), a service account's are its parts. Without `credentials`, the key is
+  // read from the first placeholder variable that has a value (decision 122): the others are
+  // its aliases, tried in order. (An id ending in -oauth without `oauth:` is refused earlier.)
+  const keyed = kindOf({ kind }).keyFromPlaceholder;
   const defaultCredentials = keyed ? env.slice(0, 1) : [];
   const credentials = (input.credentials ?? defaultCredentials).map((r) =>
     absoluteCredentialRef(r, ctx.baseDir, ctx.userHome),
@@ -259,14 +252,15 @@ function compileProvider(
     pool.retry_body_limit === undefined ? undefined : parseByteSize(pool.retry_body_limit);
   const cooldownMs = pool.cooldown === undefined ? undefined : parseDuration(pool.cooldown);
 
-  const mount = effectiveMount(id, input.mount, input.upstream);
-  const upstream = input.upstream === undefined ? undefined : input.upstream.replace(/\/+$/, "");
+  const mount = shape.mount;
+  const upstream = typeof shape.upstream === "string" ? shape.upstream.replace(/\/+$/, "") : undefined;
   const auth = compileAuth(input.auth, ctx);
   const oauth = input.oauth;
 
   return {
     id,
-    hosts: (input.hosts ?? []).map(parseHostPattern),
+    kind,
+    hosts: ((shape.hosts ?? []) as readonly string[]).map(parseHostPattern),
     inject: compileInject(input.inject),
     credentials,
     credentialAliases,
@@ -302,6 +296,10 @@ function compileProvider(
   };
 }
 
+function camelCase(key: string): string {
+  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
 export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
 export const DEFAULT_OAUTH_TOKEN_TIMEOUT_MS = 10_000;
 
@@ -314,27 +312,20 @@ function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context, 
         : oauth.authorization_endpoint !== undefined
           ? "pkce"
           : "device"));
-  const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } =>
-    (value === undefined ? {} : { [key]: value }) as { [P in K]?: string };
+  const asWritten = Object.fromEntries(
+    OAUTH_AS_WRITTEN.flatMap((key) => (oauth[key] === undefined ? [] : [[camelCase(key), oauth[key]]])),
+  ) as OAuthAsWritten;
   return {
     grant,
-    ...optional("issuer", oauth.issuer),
-    ...optional("deviceAuthorizationEndpoint", oauth.device_authorization_endpoint),
-    ...optional("authorizationEndpoint", oauth.authorization_endpoint),
-    ...optional("tokenEndpoint", oauth.token_endpoint),
-    ...optional("revocationEndpoint", oauth.revocation_endpoint),
+    ...asWritten,
     clientId: oauth.client_id ?? "",
-    ...optional(
-      "clientSecret",
-      oauth.client_secret === undefined
-        ? undefined
-        : absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome),
-    ),
+    ...(oauth.client_secret === undefined
+      ? {}
+      : { clientSecret: absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome) }),
     clientAuth: oauth.client_secret === undefined ? "none" : (oauth.client_auth ?? "client_secret_basic"),
     scopes: [...(oauth.scopes ?? [])],
     authorizeParams: { ...(oauth.authorize_params ?? {}) },
     tokenParams: { ...(oauth.token_params ?? {}) },
-    ...optional("redirectUri", oauth.redirect_uri),
     tokenHeaders: Object.fromEntries(
       Object.entries(oauth.token_headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]),
     ),

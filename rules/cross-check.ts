@@ -4,18 +4,13 @@
 // reported in one go. Whatever is malformed here is the schema's to report, and skipped.
 import { hostPortKey, isLoopbackHost, parseHostPort } from "./address.js";
 import { CATALOGUE_ORIGIN } from "./catalogue.js";
+import { effectiveProvider } from "./effective-provider.js";
 import type { PathProblem } from "./errors.js";
 import { suggest } from "./errors.js";
 import { hostPatternKey, parseHostPattern } from "./host-pattern.js";
-import {
-  effectiveMount,
-  effectivePlaceholderEnv,
-  isOAuthOnly,
-  type MergedProvider,
-  mcpBinding,
-  mergeProviders,
-} from "./provider-defaults.js";
-import { CLIENT_NAME, PROVIDER_ID } from "./schema.js";
+import { kindOf, kindOfEntry } from "./kinds/index.js";
+import { isOAuthOnly, type MergedProvider, mergeProviders } from "./provider-defaults.js";
+import { CLIENT_NAME, PROVIDER_ID } from "./schema/index.js";
 
 type Raw = Record<string, unknown>;
 
@@ -75,8 +70,9 @@ function checkPolicyClients(raw: Raw, problems: PathProblem[]): void {
   }
 }
 
-function isMcp(provider: MergedProvider<Raw>): boolean {
-  return (provider.input as Raw).mcp !== undefined;
+/** An MCP server's host is its alone (decision 123 does not apply to it). */
+function ownsWholeHost(provider: MergedProvider<Raw>): boolean {
+  return kindOfEntry(provider.input).wholeHost;
 }
 
 function owner(provider: MergedProvider<Raw>): string {
@@ -102,11 +98,10 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
     const input = provider.input as Raw;
     const at = (...rest: PropertyKey[]): PropertyKey[] => ["providers", id, ...rest];
     // An MCP server (SPEC §15) binds its URL's host and serves its origin at the mount.
-    const mcp = mcpBinding(input.mcp);
-    const hosts = mcp !== undefined ? [mcp.host] : Array.isArray(input.hosts) ? input.hosts : undefined;
+    const shape = effectiveProvider(id, input, provider.catalogueEntry);
+    const { mcp, hosts, upstream } = shape;
     const mount = input.mount;
-    const upstream = input.upstream ?? mcp?.upstream;
-    const oauth = input.oauth !== undefined || input.mcp !== undefined;
+    const kind = kindOf(shape);
 
     if (mount !== undefined && upstream === undefined) {
       problems.push({
@@ -139,7 +134,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
       // Providers may share a host: the placeholder a request carries picks one (decision
       // 123). Not an MCP server (every request to it gets its token, placeholder or not).
-      const other = others.find((o) => mcp !== undefined || isMcp(o));
+      const other = others.find((o) => mcp !== undefined || ownsWholeHost(o));
       if (other !== undefined) {
         problems.push({
           path: mcp !== undefined ? at("mcp") : at("hosts", index),
@@ -162,7 +157,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
     }
 
-    const effective = effectiveMount(id, mount, upstream);
+    const effective = shape.mount;
     if (effective !== undefined) {
       const other = mountOwners.get(effective);
       if (other === undefined) mountOwners.set(effective, provider);
@@ -174,8 +169,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       }
     }
 
-    const placeholder = isRecord(input.placeholder) ? input.placeholder : {};
-    for (const env of new Set(effectivePlaceholderEnv(id, placeholder.env, provider.catalogueEntry, oauth))) {
+    for (const env of new Set(shape.env)) {
       const envOwner = envOwners.get(env);
       if (envOwner === undefined) envOwners.set(env, provider);
       else {
@@ -200,7 +194,7 @@ function checkProviders(providers: readonly MergedProvider<Raw>[], problems: Pat
       });
     }
     if (isOAuthOnly(id)) {
-      if (!oauth) {
+      if (!kind.poolOfLogins) {
         problems.push({
           path: at(),
           message:

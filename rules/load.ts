@@ -9,7 +9,7 @@ import { compileRules } from "./compile.js";
 import { crossCheck } from "./cross-check.js";
 import { ruleTextDigest } from "./digest.js";
 import { formatPath, type PathProblem, type Problem, RuleFileError } from "./errors.js";
-import { ruleFileErrorMap, ruleFileSchema, schemaProblems } from "./schema.js";
+import { ruleFileErrorMap, ruleFileSchema, schemaProblems } from "./schema/index.js";
 import type { Rules } from "./types.js";
 
 export { type FindRuleFileOptions, findRuleFile, RULE_FILE_NAME } from "./find.js";

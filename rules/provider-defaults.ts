@@ -1,7 +1,7 @@
 // How a rule file's providers combine with the embedded catalogue, and the defaults that depend
 // on a provider's id. Shared by the cross-checks (which see the raw file) and the compiler.
 import { CATALOGUE } from "./catalogue.js";
-import type { ProviderInput } from "./schema.js";
+import type { ProviderInput } from "./schema/index.js";
 
 export interface MergedProvider<T> {
   readonly id: string;
@@ -82,14 +82,15 @@ export function derivedTokenEnvName(id: string): string {
 
 /**
  * The placeholder variables, first the main one: the entry's, else the catalogue's, else
- * `<ID>_ACCESS_TOKEN` for a provider with an oauth block and `<ID>_API_KEY` for any other.
+ * the kind's derived name (`<ID>_ACCESS_TOKEN` for OAuth kinds, `<ID>_API_KEY` for the others).
  * Every one of them gets the same placeholder (decision 122).
  */
 export function effectivePlaceholderEnv(
   id: string,
   placeholderEnv: unknown,
   catalogueEntry?: ProviderInput,
-  oauth = false,
+  /** The kind's derived variable (`kindOf(rule).derivedEnv`). */
+  derive: (id: string) => string = derivedEnvName,
 ): readonly string[] {
   const names = (v: unknown): string[] | undefined =>
     typeof v === "string"
@@ -97,8 +98,5 @@ export function effectivePlaceholderEnv(
       : Array.isArray(v)
         ? v.filter((n): n is string => typeof n === "string")
         : undefined;
-  return (
-    names(placeholderEnv) ??
-    names(catalogueEntry?.placeholder?.env) ?? [oauth ? derivedTokenEnvName(id) : derivedEnvName(id)]
-  );
+  return names(placeholderEnv) ?? names(catalogueEntry?.placeholder?.env) ?? [derive(id)];
 }

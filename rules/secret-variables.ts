@@ -1,7 +1,9 @@
 // The credential references a rule set resolves secrets from, and the environment variables among
 // them: `run` removes those from its command's environment, a running broker reports them for
 // its own rules and blanks them in its initial environment, `check --exposure` looks for them.
+
 import { parseRef } from "./credential-ref.js";
+import { kindOf } from "./kinds/index.js";
 import type { Rules } from "./types.js";
 
 /**
@@ -20,12 +22,7 @@ export function secretRefs(rules: Rules): string[] {
     // Where agents read the provider's key: a value there is a real one, whoever may use the
     // provider (decision 122).
     for (const name of provider.placeholder.env) add(name);
-    if (provider.auth?.kind === "aws_sigv4") {
-      add(provider.auth.accessKeyId);
-      add(provider.auth.secretAccessKey);
-      add(provider.auth.sessionToken);
-    }
-    if (provider.auth?.kind === "google_service_account") add(provider.auth.key);
+    kindOf(provider).signingRefs(provider).forEach(add);
     add(provider.oauth?.clientSecret);
   }
   for (const client of rules.clients) add(client.token);

@@ -2,6 +2,13 @@
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
 
+import type * as z from "zod";
+import type { ProviderKindName } from "./kinds/kind.js";
+import type { timeoutsSchema } from "./schema/file.js";
+import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
+
+type TimeoutsInput = z.infer<typeof timeoutsSchema>;
+
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
   /** The pattern as written in the rule file, for messages. */
@@ -73,16 +80,24 @@ export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
 export type OAuthGrant = "device" | "pkce" | "client_credentials";
 
+/** `device_authorization_endpoint` → `deviceAuthorizationEndpoint`. */
+type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}`
+  ? `${Head}${Capitalize<CamelCase<Tail>>}`
+  : S;
+
+/**
+ * The `oauth:` keys compiled as written, only camel-cased: the issuer (RFC 8414: endpoints not
+ * listed are discovered from its metadata), the endpoints, the redirect URI. Their type is the
+ * schema's (rules/schema/oauth.ts), their list is compile.ts's `OAUTH_AS_WRITTEN`.
+ */
+export type OAuthAsWritten = {
+  readonly [K in (typeof OAUTH_AS_WRITTEN)[number] as CamelCase<K>]?: NonNullable<OAuthInput[K]>;
+};
+
 /** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
-export interface OAuthSpec {
+export interface OAuthSpec extends OAuthAsWritten {
   /** The grant `auth add` uses (or, for client_credentials, the broker itself). */
   readonly grant: OAuthGrant;
-  /** RFC 8414 issuer: endpoints not listed are discovered from its metadata. */
-  readonly issuer?: string;
-  readonly deviceAuthorizationEndpoint?: string;
-  readonly authorizationEndpoint?: string;
-  readonly tokenEndpoint?: string;
-  readonly revocationEndpoint?: string;
   /** The client's id; "" for an MCP server without one configured (registered at login). */
   readonly clientId: string;
   /** Credential reference of the client secret (confidential clients). */
@@ -92,7 +107,6 @@ export interface OAuthSpec {
   readonly scopes: readonly string[];
   readonly authorizeParams: Readonly<Record<string, string>>;
   readonly tokenParams: Readonly<Record<string, string>>;
-  readonly redirectUri?: string;
   /** Headers set on every request to the authorization server. */
   readonly tokenHeaders: Readonly<Record<string, string>>;
   /** Cap on every answer read from the authorization server. */
@@ -111,6 +125,8 @@ export interface McpSpec {
 
 export interface ProviderRule {
   readonly id: string;
+  /** How it authenticates, chosen once at compile (decision 132): ask `kindOf(rule)` what that means. */
+  readonly kind: ProviderKindName;
   readonly hosts: readonly HostPattern[];
   readonly inject: InjectSpec;
   /** Credential references, in pool order: `NAME`, `env:NAME`, `dotenv:NAME`, `file:PATH`, ... */
@@ -262,16 +278,10 @@ export interface RedisStateConfig {
   readonly ca?: readonly string[];
 }
 
-/** How long each stage of a connection may take, in milliseconds (SPEC §3.8). */
-export interface Timeouts {
-  /** From the CONNECT's 200 to the end of the client's TLS handshake. */
-  readonly handshakeMs: number;
-  /** Until a request's headers are complete (from the connection, or the request's first byte). */
-  readonly headersMs: number;
-  /** An idle keep-alive connection between requests. */
-  readonly keepAliveMs: number;
-  /** A plain tunnel (a host no rule names) with no byte in either direction. */
-  readonly tunnelIdleMs: number;
-  /** Upstream silence: before its response headers, and between body chunks. */
-  readonly upstreamMs: number;
-}
+/**
+ * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
+ * of `timeouts:` (what each is: rules/schema/file.ts), `tunnel_idle` → `tunnelIdleMs`.
+ */
+export type Timeouts = {
+  readonly [K in keyof TimeoutsInput & string as `${CamelCase<K>}Ms`]: number;
+};

@@ -69,7 +69,8 @@ export class PoolState implements MarkHolder {
       this.#resets.set(provider, new Map(Object.entries(ids)));
   }
 
-  #resetAt(provider: string, id: string): number | undefined {
+  /** When the credential's marks were last cleared (its own reset or its provider's), if known. */
+  resetAt(provider: string, id: string): number | undefined {
     const m = this.#resets.get(provider);
     if (m === undefined) return undefined;
     const one = m.get(id);
@@ -100,7 +101,7 @@ export class PoolState implements MarkHolder {
     for (const [provider, creds] of Object.entries(data.providers)) {
       for (const [id, s] of Object.entries(creds)) {
         if (s.state === "ok") continue;
-        const resetAt = this.#resetAt(provider, id);
+        const resetAt = this.resetAt(provider, id);
         if (resetAt !== undefined && (s.markedAt ?? 0) <= resetAt) continue;
         this.#apply(provider, id, sharedMark(s), now, s.markedAt);
       }
@@ -242,12 +243,20 @@ export class PoolState implements MarkHolder {
    * mirror.
    */
   merge(provider: string, id: string, mark: SharedMark, now = Date.now()): void {
-    if (this.#apply(provider, id, mark, now)) this.#changed();
+    // Made before a reset known here: a copy from before it (a replayed value), not taken in
+    // (decision 137). A mark of an older version has no time and counts as that old.
+    const resetAt = this.resetAt(provider, id);
+    if (resetAt !== undefined && (mark.markedAt ?? 0) <= resetAt) return;
+    if (this.#apply(provider, id, mark, now, mark.markedAt ?? now)) this.#changed();
   }
 
-  /** Applies a reset made by another broker (or `auth reset` against the fleet). */
-  mergeReset(provider: string, id: string | undefined): void {
-    this.#clear(provider, id);
+  /**
+   * Applies a reset made by another broker (or `auth reset` against the fleet) at `at`: marks
+   * made before it are cleared, later ones kept. Nothing happens for one already known.
+   */
+  mergeReset(provider: string, id: string | undefined, at = Date.now()): void {
+    if ((this.#resets.get(provider)?.get(id ?? "*") ?? -1) >= at) return;
+    this.#clear(provider, id, at);
   }
 
   /** Marks one credential out of quota until `until`; a later mark only ever extends it. */
@@ -298,25 +307,28 @@ export class PoolState implements MarkHolder {
 
   /** Clears the marks of a provider's credentials (all, or one). Returns the ids cleared. */
   reset(provider: string, id?: string): string[] {
-    const cleared = this.#clear(provider, id);
-    this.#mirror?.reset(provider, id);
+    const at = Date.now();
+    const cleared = this.#clear(provider, id, at);
+    this.#mirror?.reset(provider, id, at);
     return cleared;
   }
 
-  #clear(provider: string, id: string | undefined): string[] {
+  #clear(provider: string, id: string | undefined, at: number): string[] {
     // Remembered (and written) so that another process on the home clears its copy too.
     let resets = this.#resets.get(provider);
     if (resets === undefined) {
       resets = new Map();
       this.#resets.set(provider, resets);
     }
-    resets.set(id ?? "*", Date.now());
+    resets.set(id ?? "*", at);
     this.#changed();
     const map = this.#states.get(provider);
     if (map === undefined) return [];
     const cleared: string[] = [];
     for (const [cid, s] of map) {
       if (id !== undefined && cid !== id) continue;
+      // A mark made after the reset (one received late) stays.
+      if (s.state !== "ok" && (s.markedAt ?? 0) > at) continue;
       if (s.state !== "ok") cleared.push(cid);
       clearMark(s);
     }
@@ -435,6 +447,7 @@ function sharedMark(s: CredentialState): SharedMark {
     ...(s.until === undefined ? {} : { until: s.until }),
     ...(s.reason === undefined ? {} : { reason: s.reason }),
     ...(s.fingerprint === undefined ? {} : { fingerprint: s.fingerprint }),
+    ...(s.markedAt === undefined ? {} : { markedAt: s.markedAt }),
   };
 }
 

@@ -6,6 +6,7 @@ import { AuditTrail } from "../../audit/audit-trail.js";
 import { UserError } from "../../core/errors.js";
 import { knownSecrets } from "../../core/scrub.js";
 import { createOAuthAgent } from "../../proxy/oauth-agent.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
 import { deviceLogin } from "../../secrets/oauth/device-login.js";
@@ -110,7 +111,7 @@ export async function addLogin(
     }
     throw new UsageError(`--flow: expected device or pkce, got "${flow}"`);
   }
-  if (rule.mcp !== undefined && flow !== "pkce") {
+  if (kindOf(rule).boundLogins && flow !== "pkce") {
     throw new UsageError(`${rule.id} is an MCP server: it logs in with --flow pkce only`);
   }
   const port = opts.port === undefined ? undefined : Number(opts.port);
@@ -133,7 +134,7 @@ export async function addLogin(
       ...(opts.noBrowser ? {} : { openBrowser }),
     };
     let tokens: Tokens;
-    if (rule.mcp !== undefined) {
+    if (kindOf(rule).boundLogins) {
       // SPEC §15: discovered at the server; the binding is stored before the login it belongs to.
       const made = await mcpLogin(rule, {
         ...pkce,
@@ -209,7 +210,7 @@ async function removeFrom(
   let revoked = false;
   let warning: string | undefined;
   // An MCP login is revoked as the client it was made with, at its server.
-  const binding = rule.mcp === undefined ? undefined : await mcp.binding(rule.id, credential);
+  const binding = kindOf(rule).boundLogins ? await mcp.binding(rule.id, credential) : undefined;
   const { client, close } = oauthClient(ctx, rules, rule, binding && { binding, store: mcp });
   try {
     revoked = await client.revoke(
@@ -228,7 +229,7 @@ async function removeFrom(
     credential,
     token: login.accessToken,
   });
-  if (rule.mcp !== undefined) await mcp.removeBinding(rule.id, credential);
+  if (kindOf(rule).boundLogins) await mcp.removeBinding(rule.id, credential);
   ctx.out(
     `${rule.id}: removed login "${credential}"${revoked ? " and revoked it at the authorization server" : ""}`,
   );

@@ -1,4 +1,5 @@
 import { UserError } from "../../core/errors.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Rules } from "../../rules/types.js";
 import { PoolState } from "../../secrets/pool.js";
 import { openSharedState } from "../../state/shared-state.js";
@@ -67,7 +68,7 @@ ${COMMON_HELP}`,
       );
     }
     if (action === "add") {
-      if (rule.oauth !== undefined) {
+      if (kindOf(rule).poolOfLogins) {
         return addLogin(ctx, rules, rule, {
           label: values.label,
           flow: values.flow,
@@ -85,7 +86,7 @@ ${COMMON_HELP}`,
       return 0;
     }
     if (action === "remove") {
-      if (rule.oauth === undefined) {
+      if (!kindOf(rule).poolOfLogins) {
         throw new UserError(
           `${provider} uses API keys, which keybroker does not store: remove the key where it is set`,
         );
@@ -93,11 +94,7 @@ ${COMMON_HELP}`,
       return removeLogin(ctx, rules, rule, values.credential);
     }
     // An OAuth provider's credentials are its logins.
-    if (
-      values.credential !== undefined &&
-      rule.oauth !== undefined &&
-      rule.oauth.grant !== "client_credentials"
-    ) {
+    if (values.credential !== undefined && kindOf(rule).personLogins) {
       const tokens = await openTokenStore(ctx, rules);
       const ids = await tokens.store
         .list(provider)
@@ -111,7 +108,7 @@ ${COMMON_HELP}`,
     }
     if (
       values.credential !== undefined &&
-      rule.oauth === undefined &&
+      !kindOf(rule).poolOfLogins &&
       !rule.credentials.includes(values.credential)
     ) {
       throw new UserError(

@@ -5,6 +5,7 @@ import { type ProviderState, Runtime } from "../../proxy/runtime.js";
 import { CATALOGUE } from "../../rules/catalogue.js";
 import { parseRef } from "../../rules/credential-ref.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
+import { kindOf, unhandledKind } from "../../rules/kinds/index.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
 import type { ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
@@ -140,7 +141,7 @@ ${COMMON_HELP}`,
 function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
   if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0) return;
   // An OAuth provider's agent usually holds its own login (SPEC §19), not a key variable.
-  if (rule.oauth !== undefined || rule.auth !== undefined) return;
+  if (!kindOf(rule).keyFromPlaceholder) return;
   const derived = derivedEnvName(rule.id);
   if (rule.placeholder.env.length !== 1 || rule.placeholder.env[0] !== derived) return;
   return `provider "${rule.id}" has no placeholder.env: run and env set its placeholder in ${derived}; point the agent at that variable, or name the one the agent reads with placeholder: { env: NAME }`;
@@ -230,56 +231,91 @@ async function reportProvider(
   home: string,
 ): Promise<Report> {
   const rule = p.rule;
-  const id = rule.id;
-  if (rule.oauth?.grant === "client_credentials" && rule.oauth.clientSecret !== undefined) {
-    // No login: the broker fetches the token from client_id and client_secret.
-    const r = await resolver.resolve(rule.oauth.clientSecret);
-    out(
-      `${id}: ${r.secret === undefined ? "NO CREDENTIAL" : "OAuth client credentials"} (client_id ${rule.oauth.clientId})`,
-    );
-    out(`  client_secret: ${describeResolution(r)}`);
-    return {
-      usable: r.secret !== undefined,
-      json: {
-        id,
-        state: r.secret === undefined ? "no_credential" : "oauth",
-        kind: "client_credentials",
-        credentials: [credentialJson(r)],
-      },
-      problems:
-        r.secret === undefined
-          ? [
-              `provider "${id}" (client_credentials) is missing its client_secret ${r.ref}: ${whereToSet(r.ref, rules)}`,
-            ]
-          : [],
-    };
-  }
-  if (rule.oauth !== undefined) {
-    const logins = (await readLogins(home)).filter((l) => l.provider === id).map(describeLogin);
-    const never =
-      rule.mcp !== undefined
-        ? ` (MCP server ${rule.mcp.url})`
-        : isOAuthOnly(id)
-          ? `; it never reads ${derivedEnvName(id)} or any other API key`
-          : "";
-    if (logins.length === 0) {
-      out(
-        `${id}: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add ${id})${never}`,
+  // One report per provider kind (decision 132).
+  switch (rule.kind) {
+    case "client_credentials":
+      return reportClientCredentials(rule, rules, resolver, out);
+    case "oauth_login":
+      return reportLogins(
+        rule,
+        home,
+        out,
+        isOAuthOnly(rule.id) ? `; it never reads ${derivedEnvName(rule.id)} or any other API key` : "",
       );
-      return { usable: false, problems: [], json: { id, state: "oauth_no_login", credentials: [], logins } };
-    }
-    out(`${id}: ${logins.length} OAuth login${logins.length === 1 ? "" : "s"}${never}`);
-    for (const l of logins) {
-      out(`  ${l.id}: ${l.state}${l.expiresAt === undefined ? "" : `, access token until ${l.expiresAt}`}`);
-    }
-    const usable = logins.some((l) => l.state === "ok");
-    return {
-      usable,
-      problems: [],
-      json: { id, state: usable ? "oauth" : "oauth_no_usable_login", credentials: [], logins },
-    };
+    case "mcp":
+      return reportLogins(rule, home, out, ` (MCP server ${rule.mcp?.url})`);
+    case "google_service_account":
+    case "aws_sigv4":
+      return reportServiceAccount(rule, rules, resolver, out);
+    case "key_pool":
+      return reportKeyPool(p, rules, out);
+    default:
+      return unhandledKind(rule.kind);
   }
-  if (rule.auth !== undefined) return reportServiceAccount(rule, rules, resolver, out);
+}
+
+/** No login: the broker fetches the token from client_id and client_secret. */
+async function reportClientCredentials(
+  rule: ProviderRule,
+  rules: Rules,
+  resolver: SecretResolver,
+  out: (line: string) => void,
+): Promise<Report> {
+  const id = rule.id;
+  const spec = rule.oauth!;
+  const r = await resolver.resolve(spec.clientSecret!);
+  out(
+    `${id}: ${r.secret === undefined ? "NO CREDENTIAL" : "OAuth client credentials"} (client_id ${spec.clientId})`,
+  );
+  out(`  client_secret: ${describeResolution(r)}`);
+  return {
+    usable: r.secret !== undefined,
+    json: {
+      id,
+      state: r.secret === undefined ? "no_credential" : "oauth",
+      kind: "client_credentials",
+      credentials: [credentialJson(r)],
+    },
+    problems:
+      r.secret === undefined
+        ? [
+            `provider "${id}" (client_credentials) is missing its client_secret ${r.ref}: ${whereToSet(r.ref, rules)}`,
+          ]
+        : [],
+  };
+}
+
+/** An OAuth provider's credentials are its logins, read from the token store. */
+async function reportLogins(
+  rule: ProviderRule,
+  home: string,
+  out: (line: string) => void,
+  never: string,
+): Promise<Report> {
+  const id = rule.id;
+  const logins = (await readLogins(home)).filter((l) => l.provider === id).map(describeLogin);
+  if (logins.length === 0) {
+    out(
+      `${id}: inactive — it authenticates only with OAuth logins and has none yet (keybroker auth add ${id})${never}`,
+    );
+    return { usable: false, problems: [], json: { id, state: "oauth_no_login", credentials: [], logins } };
+  }
+  out(`${id}: ${logins.length} OAuth login${logins.length === 1 ? "" : "s"}${never}`);
+  for (const l of logins) {
+    out(`  ${l.id}: ${l.state}${l.expiresAt === undefined ? "" : `, access token until ${l.expiresAt}`}`);
+  }
+  const usable = logins.some((l) => l.state === "ok");
+  return {
+    usable,
+    problems: [],
+    json: { id, state: usable ? "oauth" : "oauth_no_usable_login", credentials: [], logins },
+  };
+}
+
+/** A key pool: each credential reference's resolution at load. */
+function reportKeyPool(p: ProviderState, rules: Rules, out: (line: string) => void): Report {
+  const rule = p.rule;
+  const id = rule.id;
   out(`${id}: ${p.active ? "active" : "NO CREDENTIAL"}`);
   if (rule.credentials.length === 0) out("  (no credentials listed)");
   for (const r of p.resolutions) out(`  ${describeResolution(r)}`);
@@ -308,29 +344,21 @@ async function reportServiceAccount(
   resolver: SecretResolver,
   out: (line: string) => void,
 ): Promise<Report> {
-  const auth = rule.auth!;
-  const refs =
-    auth.kind === "google_service_account"
-      ? [auth.key]
-      : [
-          auth.accessKeyId,
-          auth.secretAccessKey,
-          ...(auth.sessionToken === undefined ? [] : [auth.sessionToken]),
-        ];
+  const refs = kindOf(rule).signingRefs(rule);
   const resolutions = await Promise.all(refs.map((ref) => resolver.resolve(ref)));
   const missing = resolutions.filter((r) => r.secret === undefined);
-  out(`${rule.id}: ${missing.length === 0 ? "service account" : "NO CREDENTIAL"} (${auth.kind})`);
+  out(`${rule.id}: ${missing.length === 0 ? "service account" : "NO CREDENTIAL"} (${rule.kind})`);
   for (const r of resolutions) out(`  ${describeResolution(r)}`);
   return {
     usable: missing.length === 0,
     json: {
       id: rule.id,
       state: missing.length === 0 ? "service_account" : "no_credential",
-      kind: auth.kind,
+      kind: rule.kind,
       credentials: resolutions.map(credentialJson),
     },
     problems: missing.map(
-      (r) => `provider "${rule.id}" (${auth.kind}) is missing ${r.ref}: ${whereToSet(r.ref, rules)}`,
+      (r) => `provider "${rule.id}" (${rule.kind}) is missing ${r.ref}: ${whereToSet(r.ref, rules)}`,
     ),
   };
 }

@@ -1,5 +1,6 @@
 import { pipeline } from "node:stream/promises";
 import { createRedactStream } from "../../audit/redact.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Rules } from "../../rules/types.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
@@ -11,13 +12,7 @@ export function secretRefs(rules: Rules): string[] {
   const refs = new Set<string>();
   for (const p of rules.providers) {
     for (const ref of p.credentials) refs.add(ref);
-    if (p.auth?.kind === "aws_sigv4") {
-      refs.add(p.auth.accessKeyId);
-      refs.add(p.auth.secretAccessKey);
-      if (p.auth.sessionToken !== undefined) refs.add(p.auth.sessionToken);
-    } else if (p.auth?.kind === "google_service_account") {
-      refs.add(p.auth.key);
-    }
+    for (const ref of kindOf(p).signingRefs(p)) refs.add(ref);
   }
   for (const c of rules.clients) if (c.token !== undefined) refs.add(c.token);
   if (rules.sources.infisical !== undefined) refs.add(rules.sources.infisical.clientSecret);

@@ -5,6 +5,7 @@ import { endLaunch, type StartedLaunch, startLaunch } from "../../admin/launches
 import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
+import { processStart } from "../../proxy/process-start.js";
 import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { adminRequest } from "../admin-client.js";
@@ -48,7 +49,10 @@ know.
   --isolate        (Linux) run COMMAND in its own user, mount, PID and network namespaces: its
                    only way out is the broker (relayed to the address the proxy variables name),
                    the broker's home, the rule file and the files secrets are read from are
-                   hidden, no process outside is visible, and it gets its own client identity
+                   hidden, /tmp, /var/tmp, /dev/shm and /run/user/<uid> are its own (unix
+                   sockets of servers outside are not reachable there, nor those in /run; one
+                   in your project or home folder is), no process outside is visible, and it
+                   gets its own client identity
                    (a launch, named in the audit log and status) for as long as it runs. The
                    rule file's run: { isolate: true } makes this the default.
   --allow-connect HOST:PORT
@@ -149,6 +153,8 @@ ${COMMON_HELP}`,
           : await adminRequest<StartedLaunch>(ctx.home, running, "POST", "launches", {
               client,
               command: commandLine(command),
+              // The broker ends the launch if this process dies without ending it (decision 136).
+              ...runProcess(),
             });
       let dir: LaunchDir | undefined;
       try {
@@ -169,7 +175,7 @@ ${COMMON_HELP}`,
           broker: { host: where.hostname, port: Number(where.port) },
           accept: broker === undefined ? undefined : (socket) => broker!.acceptConnection(socket),
           authorization: `Basic ${Buffer.from(`${launch.user}:${launch.token}`).toString("base64")}`,
-          hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin]),
+          hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin, ...(launch.hide ?? [])]),
           allow,
           command,
           cwd: ctx.cwd,
@@ -186,6 +192,12 @@ ${COMMON_HELP}`,
     }
   },
 };
+
+/** This process, for the broker to tie the launch to (decision 136); nothing when unseen. */
+function runProcess(): { pid: number; start: string } | Record<string, never> {
+  const start = processStart(process.pid);
+  return start === undefined ? {} : { pid: process.pid, start };
+}
 
 /** The one line `run` says when the command is not isolated (SPEC §20, decision 116). */
 const NOT_ISOLATED =

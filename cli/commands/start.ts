@@ -5,6 +5,7 @@ import { UserError } from "../../core/errors.js";
 import { settleHeap, tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
 import { RuleFileError } from "../../rules/errors.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import { loadRulesIsolated } from "../../rules/load-isolated.js";
 import { describeAttempts } from "../../secrets/resolver.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
@@ -86,10 +87,10 @@ ${COMMON_HELP}`,
     settleHeap();
     ctx.out(`keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath}`);
     for (const p of broker.runtime.providers.values()) {
-      if (p.rule.oauth !== undefined) {
+      if (kindOf(p.rule).poolOfLogins) {
         // Active with no credential at all: its logins live in the token store (SPEC §8).
         const logins = broker.logins.members(p.rule.id).length;
-        if (logins > 0 || p.rule.oauth.grant === "client_credentials")
+        if (logins > 0 || !kindOf(p.rule).personLogins)
           ctx.log.info({ provider: p.rule.id, logins }, "provider active (OAuth)");
         else
           ctx.log.warn(

@@ -1,12 +1,11 @@
 // What `run --isolate` hides from the agent (SPEC §20, decision 115): the broker's home, the rule
-// file, and every file a secret source reads (the `.env` files, each `file:` reference, the
-// files behind Infisical's machine identity or an OAuth client secret). Everything else stays
-// as the user sees it. A `cmd:` reference runs a program whose own files keybroker cannot know.
+// file, and every file a secret source reads (secrets/secret-files.ts), those of the rules read
+// here and those the running broker named for its own (decision 136). Everything else stays as
+// the user sees it.
 import { existsSync } from "node:fs";
-import { dirname, isAbsolute } from "node:path";
-import { absolutePath, parseRef } from "../../rules/credential-ref.js";
+import { isAbsolute } from "node:path";
 import type { Rules } from "../../rules/types.js";
-import { dotenvCandidates } from "../../secrets/sources.js";
+import { secretFiles } from "../../secrets/secret-files.js";
 
 export interface HiddenPaths {
   /** Folders covered by an empty tmpfs. */
@@ -15,39 +14,20 @@ export interface HiddenPaths {
   readonly files: readonly string[];
 }
 
-/** Every credential reference a rule set may resolve. */
-function references(rules: Rules): string[] {
-  const refs: (string | undefined)[] = [];
-  for (const p of rules.providers) {
-    refs.push(...p.credentials, p.oauth?.clientSecret);
-    if (p.auth?.kind === "aws_sigv4")
-      refs.push(p.auth.accessKeyId, p.auth.secretAccessKey, p.auth.sessionToken);
-    if (p.auth?.kind === "google_service_account") refs.push(p.auth.key);
-  }
-  for (const c of rules.clients) refs.push(c.token);
-  refs.push(rules.sources.infisical?.clientId, rules.sources.infisical?.clientSecret);
-  return refs.filter((r): r is string => r !== undefined);
-}
-
 /**
- * The paths to hide for these rules, with `home` the broker's home and `ruleFiles` the rule
- * files in play (the one read here and the running broker's). Only paths that exist are kept:
- * nothing can be mounted over a missing one, and there is nothing to read there either.
+ * The paths to hide for these rules, with `home` the broker's home and `others` more files to
+ * hide (the rule file read here, and the files the running broker reads secrets from). Only
+ * paths that exist are kept: nothing can be mounted over a missing one, and there is nothing to
+ * read there either.
  */
 export function hiddenPaths(
   rules: Rules,
   home: string,
   cwd: string,
-  ruleFiles: readonly (string | undefined)[],
+  others: readonly (string | undefined)[],
 ): HiddenPaths {
-  const base = isAbsolute(rules.origin) ? dirname(rules.origin) : cwd;
-  const files = new Set<string>();
-  for (const f of ruleFiles) if (f !== undefined && isAbsolute(f)) files.add(f);
-  for (const f of dotenvCandidates(rules, { home, cwd, env: {}, warn: () => {} })) files.add(f);
-  for (const ref of references(rules)) {
-    const parsed = parseRef(ref);
-    if (parsed.source === "file") files.add(absolutePath(parsed.key, base));
-  }
+  const files = new Set<string>(secretFiles(rules, home, cwd));
+  for (const f of others) if (f !== undefined && isAbsolute(f)) files.add(f);
   const folders = [home];
   const inHome = (f: string) => f === home || f.startsWith(`${home}/`);
   return {

@@ -7,11 +7,12 @@
 // sends, and exits with the agent's status; the kernel then ends every process left in the PID
 // namespace.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { constants } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { JailMessage, JailPlan } from "./plan.js";
+import { makePrivate } from "./private-folders.js";
 
 function fail(message: string): never {
   process.stderr.write(`keybroker run --isolate: ${message}\n`);
@@ -30,6 +31,8 @@ function must(cmd: string, args: readonly string[]): void {
 /** Hides what the plan names: an empty tmpfs over each folder, an empty file over each file. */
 function hide(plan: JailPlan): void {
   for (const dir of plan.hide.folders) {
+    // Gone from view already when under a folder the agent got of its own (a home in /tmp).
+    if (!existsSync(dir)) continue;
     must("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700,nosuid,nodev,noexec", "keybroker-hidden", dir]);
   }
   for (const file of plan.hide.files) {
@@ -69,6 +72,12 @@ async function main(): Promise<void> {
   // The namespaces exist: whatever fails from here says why itself.
   process.send?.({ type: "up" } satisfies JailMessage);
   must("ip", ["link", "set", "lo", "up"]);
+  // The launch's folder as it is outside, to remove it from there should run be killed.
+  const outside = openSync(dirname(plan.dir), "r");
+  makePrivate(
+    { uid: plan.uid, keep: [plan.cwd, plan.dir], sockets: plan.sockets, emptyFile: plan.emptyFile },
+    (args) => must("mount", args),
+  );
   hide(plan);
   bindHosts(plan);
   try {
@@ -92,7 +101,7 @@ async function main(): Promise<void> {
   process.on("disconnect", () => {
     child.kill("SIGKILL");
     // Nor its folder, which run would have removed.
-    rmSync(plan.dir, { recursive: true, force: true });
+    rmSync(join(`/proc/${process.pid}/fd/${outside}`, basename(plan.dir)), { recursive: true, force: true });
     process.exit(137);
   });
   process.on("message", (m: JailMessage) => {

@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { BUNDLE_FILE, bundleDirFor } from "../../certs/bundle.js";
 import type { HiddenPaths } from "./hidden-paths.js";
 import { type AllowedConnect, type JailMessage, type JailPlan, namespaceRefusal } from "./plan.js";
+import { dropSocketVariables } from "./private-folders.js";
 import { connectThrough, splice } from "./relay.js";
 
 const JAIL = fileURLToPath(new URL("./jail.js", import.meta.url));
@@ -53,21 +54,24 @@ export interface IsolatedRun {
 export async function runIsolated(r: IsolatedRun): Promise<number> {
   const emptyFile = join(r.dir.dir, "empty");
   writeFileSync(emptyFile, "", { mode: 0o444 });
+  const env = { ...r.env };
+  const sockets = dropSocketVariables(env);
   const plan: JailPlan = {
     dir: r.dir.dir,
     port: r.broker.port,
     hide: r.hide,
     emptyFile,
+    sockets,
     allow: r.allow,
     uid: process.getuid?.() ?? 0,
     gid: process.getgid?.() ?? 0,
     command: r.command,
     cwd: r.cwd,
-    nodeOptions: r.env.NODE_OPTIONS,
+    nodeOptions: env.NODE_OPTIONS,
   };
   const planPath = join(r.dir.dir, "plan.json");
   writeFileSync(planPath, JSON.stringify(plan), { mode: 0o600 });
-  const { NODE_OPTIONS: _agentOnly, ...jailEnv } = r.env;
+  const { NODE_OPTIONS: _agentOnly, ...jailEnv } = env;
   const child = spawn(
     "unshare",
     [

@@ -20,6 +20,8 @@ export interface JailPlan {
   readonly hide: HiddenPaths;
   /** An empty, read-only file mounted over each hidden file. */
   readonly emptyFile: string;
+  /** Socket paths the agent's variables named before they were removed (decision 135). */
+  readonly sockets: readonly string[];
   readonly allow: readonly AllowedConnect[];
   /** The user's own ids, which the agent runs as inside. */
   readonly uid: number;

@@ -1,14 +1,19 @@
 // SPEC §3.8: at most `limits.connections` client connections are open, and at the cap the
-// connections that have not yet sent a request are closed, oldest first, to admit new ones
-// (decision 109). Refusing the new connection instead (node's `maxConnections`, decision 55's
-// era) let a flood of idle CONNECTs lock out every client that opens a tunnel per request.
+// idlest connection is closed to admit a new one (decisions 109, 138). Refusing the new
+// connection instead (node's `maxConnections`, decision 55's era) let a flood of idle CONNECTs
+// lock out every client that opens a tunnel per request.
 //
 // A connection is "waiting" from its accept until its first request head: a plain request or
 // an upgrade on the listener, the first request inside an intercepted tunnel, the first byte the
 // client sends through a plain tunnel (there the broker sees no request). A CONNECT alone is not
-// one: it is what an idle flood sends. A connection that has sent a request is never closed to
-// make room; when every open connection has, the new one is refused as before.
-import type { IncomingMessage, Server } from "node:http";
+// one: it is what an idle flood sends. A connection whose requests have all been answered is
+// "idle" from the end of its last one; one cheap request per connection now and then no longer
+// keeps a flood from being shed (decision 138). At the cap the oldest waiting connection is
+// closed, else the one idle the longest; a connection with a request in flight (or an upgrade,
+// or a plain tunnel, where the broker cannot see a request end) never is: when every open one
+// is busy, the new one is refused as before. Both queues are Sets in order of entry (O(1) per
+// event): a connection leaves the idle one when a request starts and re-enters at its end.
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Logger } from "../../core/log.js";
 import { listenerSocket } from "./engine.js";
@@ -21,6 +26,10 @@ export class ConnectionCap {
   readonly #open = new Set<Socket>();
   /** Connections that have not sent a request yet, oldest first (a Set keeps its order). */
   readonly #waiting = new Set<Socket>();
+  /** Connections whose requests have all been answered, idle the longest first. */
+  readonly #idle = new Set<Socket>();
+  /** Requests in flight per connection; a connection in use for good (a tunnel) is Infinity. */
+  readonly #busy = new Map<Socket, number>();
   readonly #log: Logger;
   #limit: number;
   #shed = 0;
@@ -44,29 +53,52 @@ export class ConnectionCap {
     return { open: this.#open.size, waiting: this.#waiting.size };
   }
 
-  /** Requests (and upgrades) read by `server` settle the connection beneath them. */
+  /**
+   * A request read by `server` makes the connection beneath it busy until its response ends;
+   * an upgrade, for as long as it is open.
+   */
   watch(server: Server): void {
-    const settle = (req: IncomingMessage) => this.settled(req.socket);
-    server.on("request", settle);
-    server.on("upgrade", settle);
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+      const raw = this.#begin(req.socket, 1);
+      if (raw !== undefined) res.once("close", () => this.#end(raw));
+    });
+    server.on("upgrade", (req: IncomingMessage) => this.settled(req.socket));
   }
 
-  /** The connection beneath `socket` (a listener socket, or a TLS socket on one) sent a request. */
+  /** The connection beneath `socket` (a listener socket, or a TLS socket on one) is in use until it closes. */
   settled(socket: unknown): void {
+    this.#begin(socket, Number.POSITIVE_INFINITY);
+  }
+
+  #begin(socket: unknown, requests: number): Socket | undefined {
     const raw = listenerSocket(socket);
-    if (raw !== undefined) this.#waiting.delete(raw);
+    if (raw === undefined || !this.#open.has(raw)) return undefined;
+    this.#waiting.delete(raw);
+    this.#idle.delete(raw);
+    this.#busy.set(raw, (this.#busy.get(raw) ?? 0) + requests);
+    return raw;
+  }
+
+  /** A response on `raw` ended: with none left in flight, it is the newest idle connection. */
+  #end(raw: Socket): void {
+    const left = (this.#busy.get(raw) ?? 1) - 1;
+    if (!this.#open.has(raw)) return;
+    if (left > 0) {
+      this.#busy.set(raw, left);
+      return;
+    }
+    this.#busy.delete(raw);
+    this.#idle.add(raw);
   }
 
   #admit(socket: Socket): void {
     this.#open.add(socket);
-    socket.once("close", () => {
-      this.#open.delete(socket);
-      this.#waiting.delete(socket);
-    });
+    socket.once("close", () => this.#forget(socket));
     if (this.#open.size > this.#limit) {
       const oldest = this.#waiting.values().next();
-      if (oldest.done) {
-        // Every open connection is in use: the new one is refused.
+      const idlest = oldest.done ? this.#idle.values().next() : oldest;
+      if (idlest.done) {
+        // Every open connection has a request in flight: the new one is refused.
         this.#open.delete(socket);
         socket.destroy();
         this.#refused++;
@@ -74,13 +106,19 @@ export class ConnectionCap {
         return;
       }
       // Uncounted at once, so that a burst of new connections sheds one each.
-      this.#waiting.delete(oldest.value);
-      this.#open.delete(oldest.value);
-      oldest.value.destroy();
+      this.#forget(idlest.value);
+      idlest.value.destroy();
       this.#shed++;
       this.#logShed();
     }
     this.#waiting.add(socket);
+  }
+
+  #forget(socket: Socket): void {
+    this.#open.delete(socket);
+    this.#waiting.delete(socket);
+    this.#idle.delete(socket);
+    this.#busy.delete(socket);
   }
 
   #logShed(): void {
@@ -89,7 +127,7 @@ export class ConnectionCap {
     this.#lastShedLog = now;
     this.#log.warn(
       { shed: this.#shed, limit: this.#limit },
-      "limits.connections are open: closing the oldest connections that have sent no request to admit new ones",
+      "limits.connections are open: closing the connections idle the longest (those that have sent no request first) to admit new ones",
     );
     this.#shed = 0;
   }
@@ -100,7 +138,7 @@ export class ConnectionCap {
     this.#lastRefusedLog = now;
     this.#log.warn(
       { refused: this.#refused, limit: this.#limit },
-      "refusing new connections: limits.connections are open and every one has sent a request; existing ones are still served",
+      "refusing new connections: limits.connections are open and every one has a request in flight; existing ones are still served",
     );
     this.#refused = 0;
   }

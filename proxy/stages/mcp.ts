@@ -10,6 +10,7 @@
 
 import type { IncomingHttpHeaders } from "node:http";
 import { BrokerError } from "../../core/errors.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Exchange } from "../exchange.js";
 import type { HeldResponse } from "../forward.js";
 import { assertClientMayUse } from "./inject.js";
@@ -22,7 +23,7 @@ const METADATA =
 /** Plans the injection of every request to an MCP server (after planInjection). */
 export function planMcp(x: Exchange): void {
   const rule = x.provider?.rule;
-  if (rule?.mcp === undefined || x.mode === "plain") return;
+  if (rule === undefined || !kindOf(rule).wholeHost || x.mode === "plain") return;
   if (METADATA.test(x.path)) {
     throw new BrokerError(
       "policy_denied",
@@ -44,12 +45,13 @@ export function planMcp(x: Exchange): void {
  * answer too large to hold: the agent's MCP client must not start a login of its own.
  */
 export function stripMcpChallenge(x: Exchange, headers: IncomingHttpHeaders): void {
-  if (x.provider?.rule.mcp !== undefined) delete headers["www-authenticate"];
+  if (x.provider !== undefined && kindOf(x.provider.rule).wholeHost) delete headers["www-authenticate"];
 }
 
 /** Response stage: an MCP server's held answer becomes keybroker's (see mcpAnswer). */
 export function answerMcp(x: Exchange): Verdict {
-  if (x.provider?.rule.mcp !== undefined) x.result!.held = mcpAnswer(x, x.result!.held!);
+  const rule = x.provider?.rule;
+  if (rule !== undefined && kindOf(rule).wholeHost) x.result!.held = mcpAnswer(x, x.result!.held!);
   return NEXT;
 }
 
@@ -59,7 +61,7 @@ export function answerMcp(x: Exchange): Verdict {
  */
 export function mcpAnswer(x: Exchange, held: HeldResponse): HeldResponse {
   const rule = x.provider?.rule;
-  if (rule?.mcp === undefined) return held;
+  if (rule === undefined || !kindOf(rule).wholeHost) return held;
   if (held.status === 401) {
     const id = x.secret?.id;
     const login = id === undefined ? undefined : x.rt.logins?.get(rule.id, id)?.login;

@@ -1,6 +1,7 @@
 // Chooses the credential a request uses from its provider's pool, and reads ahead the request
 // body when a quota answer may have to be retried on another credential.
 import { BrokerError } from "../../core/errors.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { LoginEntry } from "../../secrets/oauth/logins.js";
 import { CLIENT_CREDENTIALS_ID, isExpired } from "../../secrets/oauth/refresher.js";
 import { describeAttempts } from "../../secrets/resolver.js";
@@ -13,7 +14,7 @@ export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
 /** The ids of the provider's pool: its credential references, or its OAuth logins. */
 export function poolIds(x: Exchange): readonly string[] {
   const rule = x.provider!.rule;
-  if (rule.oauth === undefined) return rule.credentials;
+  if (!kindOf(rule).poolOfLogins) return rule.credentials;
   return (x.rt.logins?.members(rule.id) ?? []).map((e) => e.login.id);
 }
 
@@ -45,7 +46,7 @@ export async function readBody(x: Exchange): Promise<void> {
     if (x.injection !== undefined) x.body = Buffer.alloc(0);
     return;
   }
-  const replay = x.injection !== undefined && (hasAlternatives(x) || x.provider!.rule.auth !== undefined);
+  const replay = x.injection !== undefined && (hasAlternatives(x) || kindOf(x.provider!.rule).signed);
   const limit = replay
     ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT)
     : SMALL_BODY;
@@ -96,7 +97,7 @@ type Member = { id: string; fingerprint: string; secret: Secret };
  */
 function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
-  if (rule.oauth !== undefined) return loginMembers(x);
+  if (kindOf(rule).poolOfLogins) return loginMembers(x);
   const out: Member[] = [];
   // No credentials at all: membersWithValues explains that.
   if (rule.credentials.length === 0) return membersWithValues(x);
@@ -118,7 +119,8 @@ function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
   const entries = x.rt.logins?.members(rule.id) ?? [];
   const now = Date.now();
-  if (rule.oauth?.grant === "client_credentials") return clientCredentialsMember(x, entries[0], now);
+  // No person logs in: the broker's own client-credentials token is the one member.
+  if (!kindOf(rule).personLogins) return clientCredentialsMember(x, entries[0], now);
   const expired = entries.filter(
     (e) => e.login.state === "ok" && !x.tried.has(e.login.id) && isExpired(e.login, now),
   );
@@ -237,7 +239,7 @@ async function membersWithValues(x: Exchange): Promise<Member[]> {
 /** Picks a usable credential (not yet tried for this request) and writes it into the request. */
 export function pickCredential(x: Exchange): void | Promise<void> {
   // Service-account providers are authorized last, by signRequest.
-  if (x.injection === undefined || x.provider!.rule.auth !== undefined) return;
+  if (x.injection === undefined || kindOf(x.provider!.rule).signed) return;
   const members = untriedMembers(x);
   if (members instanceof Promise) return members.then((m) => choose(x, m));
   choose(x, members);
@@ -276,7 +278,7 @@ function choose(x: Exchange, members: Member[]): void {
 
 /** Authorizes service-account requests, after every other change to the request (SPEC §9). */
 export async function signRequest(x: Exchange): Promise<void> {
-  if (x.injection === undefined || x.provider?.rule.auth === undefined) return;
+  if (x.injection === undefined || x.provider === undefined || !kindOf(x.provider.rule).signed) return;
   const auth = x.rt.upstreamAuth.get(x.provider.rule.id);
   if (auth === undefined) throw new Error(`no authorizer for provider ${x.provider.rule.id}`);
   // A retry starts again from the request as the client sent it.

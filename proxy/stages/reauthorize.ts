@@ -1,6 +1,7 @@
 // Response stages for a refused token (401): a service account's token is minted again, an
 // OAuth login's access token refreshed, and the request sent once more. Once per request.
 import type { Logger } from "../../core/log.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import type { Exchange } from "../exchange.js";
 import { signRequest } from "./pick-credential.js";
 import { ANSWER, NEXT, RESEND, type ResponseStage, runStages, type Stage } from "./stage.js";
@@ -11,7 +12,8 @@ import { ANSWER, NEXT, RESEND, type ResponseStage, runStages, type Stage } from 
  */
 export function createReauthorizeServiceAccount(log: Logger): ResponseStage {
   return async function reauthorizeServiceAccount(x) {
-    const auth = x.provider?.rule.auth === undefined ? undefined : x.rt.upstreamAuth.get(x.provider.rule.id);
+    const rule = x.provider?.rule;
+    const auth = rule === undefined || !kindOf(rule).signed ? undefined : x.rt.upstreamAuth.get(rule.id);
     if (auth === undefined) return NEXT;
     const held = x.result!.held!;
     if (held.status === 401 && !x.reauthorized && x.body !== undefined && auth.rejected()) {
@@ -44,7 +46,8 @@ export function createRefreshOn401(attempt: readonly Stage[], log: Logger): Resp
 async function refreshRefused(x: Exchange, log: Logger): Promise<boolean> {
   const rule = x.provider?.rule;
   const refresher = x.rt.refresher;
-  if (rule?.oauth === undefined || refresher === undefined || x.secret === undefined) return false;
+  if (rule === undefined || !kindOf(rule).poolOfLogins || refresher === undefined || x.secret === undefined)
+    return false;
   const refused = x.secret.reveal();
   const id = x.secret.id;
   const entry = await refresher.refresh(rule.id, id, refused).catch((err: Error) => {

@@ -8,6 +8,8 @@
 // (its tokens kept); a transient one keeps a still-valid token. A `client_credentials`
 // provider has no login: its token is fetched from client_id and client_secret when first
 // needed, again ahead of expiry and after a 401, and held in memory only (SPEC §8).
+
+import { kindOf } from "../../rules/kinds/index.js";
 import type { ProviderRule } from "../../rules/types.js";
 import type { StoredLogin } from "../../state/tokens/login.js";
 import { OAuthEndpointError } from "./capped-fetch.js";
@@ -133,7 +135,8 @@ export class Refresher {
       // An MCP login is refreshed with what it was made with (its binding); without that it
       // cannot be, and the person who can fix it is told once, not at each request.
       const key = `${provider}\0${id}`;
-      if (this.#opts.rule(provider)?.mcp !== undefined && !this.#unbound.has(key)) {
+      const rule = this.#opts.rule(provider);
+      if (rule !== undefined && kindOf(rule).boundLogins && !this.#unbound.has(key)) {
         this.#unbound.add(key);
         this.#opts.warn(
           `the MCP login ${provider}/${id} cannot be refreshed: how it was made (its authorization server and client) is not in the state store; run keybroker auth add ${provider}${id === "default" ? "" : ` --label ${id}`}`,

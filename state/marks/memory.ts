@@ -29,8 +29,8 @@ export class MemoryMarkStore implements MarkStore {
       mark: (provider, id, mark) => {
         for (const other of others()) other.merge(provider, id, mark);
       },
-      reset: (provider, id) => {
-        for (const other of others()) other.mergeReset(provider, id);
+      reset: (provider, id, at) => {
+        for (const other of others()) other.mergeReset(provider, id, at);
       },
     });
   }

@@ -8,6 +8,8 @@ export interface SharedMark {
   readonly until?: number;
   readonly reason?: string;
   readonly fingerprint?: string;
+  /** When it was made or last extended: one made before a reset the broker knows is not taken in (decisions 113, 137). */
+  readonly markedAt?: number;
 }
 
 /** Longest reason or fingerprint a mark read from elsewhere may carry (ours are far shorter). */
@@ -43,10 +45,13 @@ export function readMark(value: unknown): SharedMark | undefined {
   if (v.until !== undefined && !(typeof v.until === "number" && Number.isSafeInteger(v.until) && v.until > 0))
     return undefined;
   if (v.state === "usage_limit_reached" && v.until === undefined) return undefined;
+  if (v.markedAt !== undefined && !(typeof v.markedAt === "number" && Number.isSafeInteger(v.markedAt)))
+    return undefined;
   return {
     state: v.state,
     ...(v.until === undefined ? {} : { until: v.until as number }),
     ...(v.reason === undefined ? {} : { reason: v.reason as string }),
     ...(v.fingerprint === undefined ? {} : { fingerprint: v.fingerprint as string }),
+    ...(v.markedAt === undefined ? {} : { markedAt: v.markedAt as number }),
   };
 }

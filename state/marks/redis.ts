@@ -7,6 +7,10 @@
 // reads the field, merges by the one rule (merge.ts `mergeMark`) and writes the result only if
 // the field still holds what it read (a compare-and-set script), else reads again. A value that
 // does not open is no mark: skipped, reported once, and overwritten by the next one.
+//
+// A reset deletes the marks and leaves a sealed tombstone with its time in the `resets` hash: a
+// mark made before it, put back by a Redis writer from an earlier read, is not taken in, and a
+// broker that starts later learns the reset from it (decision 137).
 import type { Redis } from "ioredis";
 import type { TokenCipher } from "../redis/cipher.js";
 import { type FleetMessage, fieldOf, parseField } from "../redis/keys.js";
@@ -30,8 +34,12 @@ redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {1, ARGV[3]}
 `;
 
-/** Clears one mark (ARGV[1] a field) or a provider's (ARGV[2] a field prefix), then publishes. */
+/**
+ * Clears one mark (ARGV[1] a field) or a provider's (ARGV[2] a field prefix), leaves the reset's
+ * sealed tombstone (ARGV[5] its field, ARGV[6] it), then publishes. KEYS: marks, tombstones.
+ */
 const RESET_SCRIPT = `
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
 if ARGV[1] ~= '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
@@ -48,6 +56,8 @@ type Scripts = Record<string, (...args: string[]) => Promise<string | null>>;
 export interface RedisMarkOptions {
   /** The marks hash; not `marks`, where earlier versions kept marks in clear (decision 111). */
   readonly hash: string;
+  /** The hash of reset tombstones: field `fieldOf(provider, id or "*")`, a sealed time. */
+  readonly resets: string;
   /** The fleet's pub/sub channel. */
   readonly channel: string;
   /** This broker's id in fleet messages. */
@@ -72,14 +82,14 @@ export class RedisMarkStore implements MarkStore {
     this.#opts = opts;
     this.#sealed = new SealedMarks(cipher, opts.hash, opts.channel, opts.warn);
     redis.defineCommand("kbMark", { numberOfKeys: 1, lua: MARK_SCRIPT });
-    redis.defineCommand("kbReset", { numberOfKeys: 1, lua: RESET_SCRIPT });
+    redis.defineCommand("kbReset", { numberOfKeys: 2, lua: RESET_SCRIPT });
   }
 
   attachPools(pools: MarkHolder): void {
     this.#pools = pools;
     pools.mirrorTo({
       mark: (provider, id, mark) => this.#track(this.#sendMark(provider, id, mark)),
-      reset: (provider, id) => this.#track(this.#sendReset(provider, id)),
+      reset: (provider, id, at) => this.#track(this.#sendReset(provider, id, at)),
     });
     this.#opts.needSync();
   }
@@ -98,7 +108,7 @@ export class RedisMarkStore implements MarkStore {
   received(msg: FleetMessage): void {
     const m = this.#sealed.openMessage(msg.m);
     if (m?.k === "mark") this.#pools?.merge(m.provider, m.id, m.mark);
-    else if (m?.k === "reset") this.#pools?.mergeReset(m.provider, m.id);
+    else if (m?.k === "reset") this.#pools?.mergeReset(m.provider, m.id, m.at);
   }
 
   /** A message on the channel that is no fleet message at all (reported at most once a minute). */
@@ -110,6 +120,17 @@ export class RedisMarkStore implements MarkStore {
   async sync(): Promise<void> {
     const pools = this.#pools;
     if (pools === undefined) return;
+    // Resets first: a mark from before one (here or in Redis) is neither pushed nor taken in.
+    const resets = this.#opts.resets;
+    for (const [field, text] of Object.entries(await this.#redis.hgetall(resets))) {
+      const key = parseField(field);
+      const at =
+        key === undefined
+          ? this.#sealed.badField(field, resets)
+          : this.#sealed.openReset(resets, field, text);
+      if (key !== undefined && at !== undefined)
+        pools.mergeReset(key[0], key[1] === "*" ? undefined : key[1], at);
+    }
     for (const { provider, id, mark } of pools.marks()) await this.#sendMark(provider, id, mark);
     const now = Date.now();
     // One field at a time: a bad one is skipped (and reported once), never the whole read.
@@ -130,7 +151,11 @@ export class RedisMarkStore implements MarkStore {
     try {
       let text = await this.#redis.hget(this.#opts.hash, field);
       for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
-        const held = text === null || text === "" ? undefined : this.#sealed.open(field, text);
+        const opened = text === null || text === "" ? undefined : this.#sealed.open(field, text);
+        // One made before a reset known here is no mark any more: ours replaces it (decision 137).
+        const resetAt = this.#pools?.resetAt(provider, id);
+        const stale = opened !== undefined && resetAt !== undefined && (opened.markedAt ?? 0) <= resetAt;
+        const held = stale ? undefined : opened;
         const now = Date.now();
         const kept = mergeMark(held, mark, now);
         if (kept === undefined) return;
@@ -161,17 +186,22 @@ export class RedisMarkStore implements MarkStore {
     }
   }
 
-  async #sendReset(provider: string, id: string | undefined): Promise<void> {
+  /** Deletes the marks, leaves the reset's tombstone and tells the others, all with its time `at`. */
+  async #sendReset(provider: string, id: string | undefined, at: number): Promise<void> {
     const field = id === undefined ? "" : fieldOf(provider, id);
-    const reset: MarkMessage = { k: "reset", provider, ...(id === undefined ? {} : { id }) };
+    const reset: MarkMessage = { k: "reset", provider, ...(id === undefined ? {} : { id }), at };
     const message: FleetMessage = { t: "reset", m: this.#sealed.message(reset), from: this.#opts.self };
+    const tombstone = fieldOf(provider, id ?? "*");
     try {
       await (this.#redis as unknown as Scripts).kbReset!(
         this.#opts.hash,
+        this.#opts.resets,
         field,
         `${JSON.stringify([provider])}`.slice(0, -1) + ",",
         this.#opts.channel,
         JSON.stringify(message),
+        tombstone,
+        this.#sealed.sealReset(this.#opts.resets, tombstone, at),
       );
     } catch (err) {
       this.#opts.onError(err as Error);

@@ -1,11 +1,16 @@
 // Pool marks and their messages as a fleet's Redis holds them (SPEC §17, decision 111): sealed
-// with the fleet's TokenCipher, so whoever can write to Redis but has no home key can neither
-// forge a mark nor clear one, and checked field by field once opened (merge.ts `readMark`).
+// with the fleet's TokenCipher, so whoever can write to Redis but has no home key cannot forge a
+// mark or a reset, and checked field by field once opened (merge.ts `readMark`). Such a writer
+// can delete fields (HDEL a real mark, which the next mark or sync puts back) and put back a
+// value it saw earlier: a mark carries when it was made (`markedAt`) and each reset leaves a
+// sealed tombstone with its time, so a mark from before a reset the broker knows is ignored
+// (decision 137).
 //
 // - A hash field's value is the mark sealed and bound to the hash and the field: a value copied
-//   to another credential does not open there.
-// - A message (a mark or a reset) is sealed and bound to the channel, with the time it was sent;
-//   one older than a minute (or that far ahead) is dropped, so an old one replayed does nothing.
+//   to another credential does not open there. A tombstone is sealed the same way in its hash.
+// - A message (a mark or a reset) is sealed and bound to the channel, with the time it was sent
+//   (a reset's: when it was made); one older than a minute (or that far ahead) is dropped, so an
+//   old one replayed does nothing.
 //
 // What does not open or is malformed is skipped, never thrown, and reported: a hash value once
 // per distinct value (not once per read: the hash is read again on every reconnect); bad
@@ -23,7 +28,7 @@ const SHOWN_FIELD_CHARS = 120;
 
 export type MarkMessage =
   | { readonly k: "mark"; readonly provider: string; readonly id: string; readonly mark: SharedMark }
-  | { readonly k: "reset"; readonly provider: string; readonly id?: string };
+  | { readonly k: "reset"; readonly provider: string; readonly id?: string; readonly at?: number };
 
 export class SealedMarks {
   readonly #cipher: TokenCipher;
@@ -55,16 +60,38 @@ export class SealedMarks {
     return mark;
   }
 
-  /** Reports a hash field whose name is not a credential's. */
-  badField(field: string): void {
+  /** A reset's tombstone: when it was made, sealed to the tombstone hash and its field. */
+  sealReset(hash: string, field: string, at: number): string {
+    return this.#cipher.seal(JSON.stringify({ at }), `${hash}\0${field}`);
+  }
+
+  /** When a tombstone's reset was made; undefined (reported once) when it does not open. */
+  openReset(hash: string, field: string, value: string): number | undefined {
+    const v = parse(this.#cipher.open(value, `${hash}\0${field}`)) as { at?: unknown } | undefined;
+    const at =
+      typeof v === "object" && v !== null && Number.isSafeInteger(v.at) && (v.at as number) > 0
+        ? (v.at as number)
+        : undefined;
+    if (at === undefined) {
+      this.#report(
+        `${hash}\0${field}\0${value}`,
+        `the reset in Redis hash ${hash} field ${shown(field)} does not open with this fleet's home key or is malformed; ignored`,
+      );
+    }
+    return at;
+  }
+
+  /** Reports a field of `hash` (the marks' unless told) whose name is not a credential's. */
+  badField(field: string, hash = this.#hash): void {
     this.#report(
-      `${field}\0`,
-      `Redis hash ${this.#hash} has a field that names no credential (${shown(field)}); ignored`,
+      `${hash}\0${field}\0`,
+      `Redis hash ${hash} has a field that names no credential (${shown(field)}); ignored`,
     );
   }
 
+  /** Sealed with the time it is sent; a reset's own time (`at`, just before) takes its place. */
   message(m: MarkMessage): string {
-    return this.#cipher.seal(JSON.stringify({ ...m, at: Date.now() }), `${this.#channel}\0marks`);
+    return this.#cipher.seal(JSON.stringify({ at: Date.now(), ...m }), `${this.#channel}\0marks`);
   }
 
   /** A mark or reset message from another broker; undefined (reported once) when forged or stale. */
@@ -128,7 +155,7 @@ function readMessage(v: unknown): MarkMessage | undefined {
       : undefined;
   }
   if (m.k === "reset" && (m.id === undefined || typeof m.id === "string")) {
-    return { k: "reset", provider: m.provider, ...(m.id === undefined ? {} : { id: m.id }) };
+    return { k: "reset", provider: m.provider, ...(m.id === undefined ? {} : { id: m.id }), at: m.at };
   }
   return undefined;
 }

@@ -33,7 +33,8 @@ export interface PoolData {
 /** Where marks made here go (a store that passes them on); called after the local change. */
 export interface MarkMirror {
   mark(provider: string, id: string, mark: SharedMark): void;
-  reset(provider: string, id: string | undefined): void;
+  /** `at`: when the reset was made (epoch ms), which the store passes on (decision 137). */
+  reset(provider: string, id: string | undefined, at: number): void;
 }
 
 /** A broker's marks in memory (secrets/pool.ts `PoolState`), as a store feeds and reads them. */
@@ -44,8 +45,13 @@ export interface MarkHolder {
   marks(now?: number): { provider: string; id: string; mark: SharedMark }[];
   /** Takes in a mark made elsewhere, by the one rule; not sent back to the mirror. */
   merge(provider: string, id: string, mark: SharedMark, now?: number): void;
-  /** Takes in a reset made elsewhere (one credential, or all of a provider's). */
-  mergeReset(provider: string, id: string | undefined): void;
+  /**
+   * Takes in a reset made elsewhere (one credential, or all of a provider's) at `at` (now when
+   * not known): marks made before it are cleared, later ones kept.
+   */
+  mergeReset(provider: string, id: string | undefined, at?: number): void;
+  /** When the credential's marks were last cleared (its own reset or its provider's), if known. */
+  resetAt(provider: string, id: string): number | undefined;
   /** Takes in what another process wrote to the home's pools.json (its resets and marks). */
   absorb(data: PoolData): void;
 }

@@ -3,6 +3,8 @@
 
 export interface RedisKeys {
   readonly marks: string;
+  /** Reset tombstones (decision 137). */
+  readonly resets: string;
   readonly logins: string;
   readonly epoch: string;
   readonly channel: string;

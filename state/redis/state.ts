@@ -82,6 +82,7 @@ export class RedisState implements SharedState {
     this.#keys = {
       // Not `marks`, where earlier versions kept marks in clear (decision 111).
       marks: `${p}sealed-marks`,
+      resets: `${p}sealed-resets`,
       logins: `${p}logins`,
       epoch: `${p}epoch`,
       channel: `${p}events`,
@@ -104,6 +105,7 @@ export class RedisState implements SharedState {
     const onError = (err: Error) => this.#failed(err);
     this.marks = new RedisMarkStore(this.#redis, cipher, {
       hash: this.#keys.marks,
+      resets: this.#keys.resets,
       channel: this.#keys.channel,
       self: this.#self,
       warn: (m) => this.#log.warn(m),

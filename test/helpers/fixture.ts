@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import {
   type BrokerProcess,
+  baseEnv,
   type CliResult,
   cliAsync,
   findSecrets,
@@ -12,6 +13,7 @@ import {
   tempHome,
   writeConfig,
 } from "./broker.js";
+import { localPlaceholders, placeholderOf } from "./placeholders.js";
 import { type FakeUpstream, startUpstream } from "./upstream.js";
 
 export const REAL_OPENAI = "sk-real-openai-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4";
@@ -34,6 +36,7 @@ export interface Fixture {
   readonly broker: BrokerProcess;
   readonly home: string;
   readonly dir: string;
+  /** The placeholder `keybroker env --client <client>` prints, computed here (placeholders.ts). */
   placeholder(provider: string, client?: string): Promise<string>;
   /** `keybroker <args> --home <home> --config <rule file>`, this fixture's. */
   cli(args: string[], opts?: { env?: Record<string, string> }): Promise<CliResult>;
@@ -107,23 +110,10 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
     async placeholder(provider: string, client = "default") {
       let pending = cache.get(client);
       if (pending === undefined) {
-        pending = cli(["env", "--client", client, "--format", "json"]).then((r) => {
-          if (r.status !== 0) throw new Error(`keybroker env failed: ${r.stderr}`);
-          return JSON.parse(r.stdout) as Record<string, string>;
-        });
+        pending = localPlaceholders(config, home, baseEnv(env), client);
         cache.set(client, pending);
       }
-      const vars = await pending;
-      const name = {
-        openai: "OPENAI_API_KEY",
-        anthropic: "ANTHROPIC_API_KEY",
-        gemini: "GEMINI_API_KEY",
-        github: "GITHUB_TOKEN",
-      }[provider];
-      const value = name === undefined ? undefined : vars[name];
-      if (value === undefined)
-        throw new Error(`no placeholder for ${provider} in ${JSON.stringify(Object.keys(vars))}`);
-      return value;
+      return placeholderOf(await pending, provider);
     },
     leaks: () => findSecrets([...ALL_REAL, ...Object.values(opts.env ?? {})], [home, join(dir)]),
     async close() {

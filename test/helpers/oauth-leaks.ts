@@ -4,10 +4,10 @@
 // token store, where the tokens belong.
 import { join } from "node:path";
 import { findSecrets } from "./broker.js";
-import type { Fixture } from "./fixture.js";
+import type { AnyFixture } from "./in-process.js";
 
 /** Where the tokens were found outside the token store; the tests assert this is empty. */
-export function oauthLeaks(f: Fixture, tokens: readonly string[], more: readonly string[] = []): string[] {
+export function oauthLeaks(f: AnyFixture, tokens: readonly string[], more: readonly string[] = []): string[] {
   const store = join(f.home, "tokens");
   return [
     ...f.leaks(),

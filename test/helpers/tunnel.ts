@@ -5,11 +5,10 @@ import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import type { Socket } from "node:net";
 import { type TLSSocket, connect as tlsConnect } from "node:tls";
-import type { BrokerProcess } from "./broker.js";
 
 /** `headers` go with the CONNECT (a client's Proxy-Authorization). */
 export async function openTunnel(
-  broker: BrokerProcess,
+  broker: { readonly port: number; readonly caPath: string },
   host: string,
   headers: Record<string, string> = {},
 ): Promise<TLSSocket> {

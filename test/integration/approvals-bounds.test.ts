@@ -11,17 +11,18 @@ import type { TLSSocket } from "node:tls";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CliResult, runProcess } from "../helpers/broker.js";
-import { type Fixture, rulesFor, startFixture } from "../helpers/fixture.js";
+import { rulesFor } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { brokerError, openTunnel, parseAnswer } from "../helpers/raw.js";
 
 const MAX_BYTES = 16 * 1024;
 const BRANCH = "https://api.github.com/repos/o/r/branches/main/protection";
 
-let f: Fixture;
+let f: InProcessFixture;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startFixture({
+  f = await startInProcessFixture({
     rules: (u) =>
       rulesFor(
         u,
@@ -78,7 +79,7 @@ async function heldAfter(after: number): Promise<string> {
   for (;;) {
     const ids = heldIds();
     if (ids.length > after) return ids[after]!;
-    await once(f.broker.child.stderr!, "data");
+    await once(f.broker.logged, "data");
   }
 }
 

@@ -7,9 +7,10 @@ import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "nod
 import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { type Fixture, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
+import { sendBlockedRequest } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
-const open: Fixture[] = [];
+const open: InProcessFixture[] = [];
 const mounts: string[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
@@ -45,8 +46,8 @@ async function get(agent: ProxyAgent, ph: string) {
   return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
 }
 
-async function waitForStderr(f: Fixture, text: string): Promise<void> {
-  while (!f.broker.stderr().includes(text)) await once(f.broker.child.stderr!, "data");
+async function waitForStderr(f: InProcessFixture, text: string): Promise<void> {
+  while (!f.broker.stderr().includes(text)) await once(f.broker.logged, "data");
 }
 
 function records(home: string, file: string): { decision: string; lost?: number; code?: string }[] {
@@ -58,7 +59,7 @@ function records(home: string, file: string): { decision: string; lost?: number;
 
 describe("a full audit folder", () => {
   it("is reported once, shown by status, and recorded by a gap line that verify reports (exit 4)", async () => {
-    const f = await startFixture({ prepareHome: fullAuditFolder });
+    const f = await startInProcessFixture({ prepareHome: fullAuditFolder });
     open.push(f);
     const agent = f.proxyAgent();
     const ph = await f.placeholder("openai");
@@ -93,7 +94,10 @@ describe("a full audit folder", () => {
   }, 120_000);
 
   it("with audit: { require: true }, refuses to inject (503 audit_unavailable) until it can write", async () => {
-    const f = await startFixture({ prepareHome: fullAuditFolder, extraRules: "audit: { require: true }\n" });
+    const f = await startInProcessFixture({
+      prepareHome: fullAuditFolder,
+      extraRules: "audit: { require: true }\n",
+    });
     open.push(f);
     const agent = f.proxyAgent();
     const ph = await f.placeholder("openai");
@@ -121,7 +125,7 @@ describe("a full audit folder", () => {
 
 describe("the security chain", () => {
   it("keeps a blocked request that ordinary traffic rotated out of audit.jsonl; verify checks both, tail --security shows it", async () => {
-    const f = await startFixture({ extraRules: "audit: { max_size: 4KiB, keep: 1 }\n" });
+    const f = await startInProcessFixture({ extraRules: "audit: { max_size: 4KiB, keep: 1 }\n" });
     open.push(f);
     const agent = f.proxyAgent();
     const openai = await f.placeholder("openai");

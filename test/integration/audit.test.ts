@@ -5,13 +5,14 @@ import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cliAsync } from "../helpers/broker.js";
-import { type Fixture, REAL_GEMINI, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
+import { REAL_GEMINI, sendBlockedRequest } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 let agent: ProxyAgent;
 
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startInProcessFixture();
   agent = f.proxyAgent();
 });
 afterAll(async () => {

@@ -12,14 +12,15 @@ import { Readable } from "node:stream";
 import { gzipSync } from "node:zlib";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, rulesFor, startFixture } from "../helpers/fixture.js";
+import { rulesFor } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 let agent: ProxyAgent;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startFixture({ rules: (u) => `intercept: all\n${rulesFor(u)}` });
+  f = await startInProcessFixture({ rules: (u) => `intercept: all\n${rulesFor(u)}` });
   agent = f.proxyAgent();
   ph = await f.placeholder("openai");
 });

@@ -8,19 +8,20 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CliResult, ROOT, runProcess } from "../helpers/broker.js";
 import { curlChatArgs } from "../helpers/curl.js";
-import { type Fixture, REAL_ANTHROPIC, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { REAL_ANTHROPIC, REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import type { Route } from "../helpers/upstream.js";
 
 const CLIENTS = join(ROOT, "test/fixtures/clients");
 const PYTHON = "/usr/bin/python3";
 const CURL = "curl";
 
-let f: Fixture;
+let f: InProcessFixture;
 /** What `keybroker env --format json` printed: proxy, CA bundle and placeholder variables. */
 let agentEnv: Record<string, string>;
 
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startInProcessFixture();
   const r = await f.cli(["env", "--format", "json"]);
   expect(r.status, r.stderr).toBe(0);
   agentEnv = JSON.parse(r.stdout) as Record<string, string>;

@@ -7,7 +7,7 @@ import type { Socket } from "node:net";
 import { type TLSSocket, connect as tlsConnect } from "node:tls";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import {
   brokerError,
   connectThrough,
@@ -60,10 +60,10 @@ async function expectKeepAliveClose(socket: Socket | TLSSocket, request: string)
 }
 
 describe("timeouts at every stage", () => {
-  let f: Fixture;
+  let f: InProcessFixture;
 
   beforeAll(async () => {
-    f = await startFixture({
+    f = await startInProcessFixture({
       env: { SLOW_API_KEY: SLOW_KEY },
       extraRules: `  slow:
     hosts: [tunnel.test]

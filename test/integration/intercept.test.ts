@@ -9,14 +9,8 @@ import { Readable } from "node:stream";
 import { connect as tlsConnect } from "node:tls";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  type Fixture,
-  REAL_ANTHROPIC,
-  REAL_GEMINI,
-  REAL_GITHUB,
-  REAL_OPENAI,
-  startFixture,
-} from "../helpers/fixture.js";
+import { REAL_ANTHROPIC, REAL_GEMINI, REAL_GITHUB, REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
 /** Everything a raw socket receives until it emits `event`, as text. */
 async function readUntil(socket: NodeJS.EventEmitter, event: "end" | "close"): Promise<string> {
@@ -28,11 +22,11 @@ async function readUntil(socket: NodeJS.EventEmitter, event: "end" | "close"): P
   return text;
 }
 
-let f: Fixture;
+let f: InProcessFixture;
 let agent: ProxyAgent;
 
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startInProcessFixture();
   agent = f.proxyAgent();
 });
 

@@ -4,7 +4,7 @@
 // the admin token; `keybroker approve` on a request held for another client; direct TCP to the
 // upstream and to the host's own addresses; DNS) and finds nothing and changes nothing, while
 // curl, Python requests and the openai Node SDK in the same jail get 200 with the real key.
-import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
@@ -114,7 +114,8 @@ describe("an agent under run --isolate", () => {
       ]);
       expect(r.status, `${host} should answer from outside the jail`).toBe(0);
     }
-    const out = tempHome();
+    // In the working folder: the agent's /tmp is its own (decision 135).
+    const out = mkdtempSync(join(project, "out-"));
     const snoopOut = join(out, "snoop");
     mkdirSync(snoopOut);
     const config = join(f.dir, "keybroker.yaml");
@@ -187,7 +188,8 @@ describe("an agent under run --isolate", () => {
   });
 
   it("cannot use the admin API with its own launch token, and its token dies with it", async () => {
-    const out = tempHome();
+    // In the working folder: the agent's /tmp is its own (decision 135).
+    const out = mkdtempSync(join(project, "out-"));
     const config = join(f.dir, "keybroker.yaml");
     const r = await cliAsync(
       [

@@ -6,16 +6,17 @@ import { once } from "node:events";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { openTunnel } from "../helpers/tunnel.js";
 
 const SECOND_KEY = "sk-real-leaky-second-5c7e9a1b3d5f7a9c1e3b";
 
-let f: Fixture;
+let f: InProcessFixture;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startFixture({
+  f = await startInProcessFixture({
     extraRules: `  leaky:
     mount: /p/leaky
     upstream: https://api.openai.com

@@ -14,7 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../state/tokens/home.js";
 import { type BrokerProcess, findSecrets, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { AUTH_HOST, type FakeOAuth, installFakeOAuth, storedLogin } from "../helpers/fake-oauth.js";
-import { type Fixture, HOSTS, sendBlockedRequest, startFixture } from "../helpers/fixture.js";
+import { HOSTS, sendBlockedRequest } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
 const KEY_A = "sk-metrics-aaaaaaaaaaaaaaaaaaaaaaaa";
@@ -86,7 +87,7 @@ async function scrape(url: string, headers: Record<string, string> = {}) {
   return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
 }
 
-let f: Fixture;
+let f: InProcessFixture;
 let agent: ProxyAgent;
 let adminToken: string;
 let fake: FakeOAuth;
@@ -108,7 +109,7 @@ beforeAll(async () => {
   });
   // Awaited by the last describe; until then a failed start must not be an unhandled rejection.
   remoteStarted.catch(() => {});
-  f = await startFixture({
+  f = await startInProcessFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
       return rules(u);

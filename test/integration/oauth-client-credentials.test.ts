@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { chatThroughBroker, type FakeOAuth, installFakeOAuth, upstreamRules } from "../helpers/fake-oauth.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
@@ -26,7 +26,7 @@ function rules(u: FakeUpstream): string {
 `;
 }
 
-let f: Fixture;
+let f: InProcessFixture;
 let fake: FakeOAuth;
 afterAll(async () => {
   await f.close();
@@ -41,7 +41,7 @@ const until = async (what: () => boolean) => {
 
 describe("grant: client_credentials", () => {
   it("fetches a token without any login, again ahead of expiry and after a 401; a wrong secret is a clear 503", async () => {
-    f = await startFixture({
+    f = await startInProcessFixture({
       env: { PARTNER_CLIENT_SECRET: CLIENT_SECRET },
       rules: (u) => {
         fake = installFakeOAuth(u, { clientId: "svc-1", clientSecret: "not-yet-the-right-one" });
@@ -54,8 +54,7 @@ describe("grant: client_credentials", () => {
         return rules(u);
       },
     });
-    const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
-    const placeholder = vars.PARTNER_TOKEN!;
+    const placeholder = f.placeholders().PARTNER_TOKEN!;
     expect(placeholder).toBeDefined();
     const agent = f.proxyAgent();
     const call = () =>

@@ -5,10 +5,10 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { startCli } from "../helpers/cli-session.js";
 import { type FakeOAuth, installFakeOAuth, oauthRules } from "../helpers/fake-oauth.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
-const open: { f: Fixture; fake: FakeOAuth }[] = [];
+const open: { f: InProcessFixture; fake: FakeOAuth }[] = [];
 afterEach(async () => {
   for (const { f, fake } of open.splice(0)) {
     await f.close();
@@ -18,7 +18,7 @@ afterEach(async () => {
 
 async function setup() {
   let fake!: FakeOAuth;
-  const f = await startFixture({
+  const f = await startInProcessFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
       return oauthRules(u);

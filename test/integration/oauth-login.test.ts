@@ -18,10 +18,10 @@ import {
   oauthRules,
   serveChat,
 } from "../helpers/fake-oauth.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
-const open: { f: Fixture; fake: FakeOAuth }[] = [];
+const open: { f: InProcessFixture; fake: FakeOAuth }[] = [];
 afterEach(async () => {
   for (const { f, fake } of open.splice(0)) {
     await f.close();
@@ -44,7 +44,7 @@ const pkceAdd = (port: number, ...more: string[]) => [
 
 async function setup(oauthExtra = "") {
   let fake!: FakeOAuth;
-  const f = await startFixture({
+  const f = await startInProcessFixture({
     rules: (u) => {
       fake = installFakeOAuth(u);
       serveChat(u, fake);
@@ -52,8 +52,7 @@ async function setup(oauthExtra = "") {
     },
   });
   open.push({ f, fake });
-  const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
-  const placeholder = vars.CODEX_OAUTH_ACCESS_TOKEN!;
+  const placeholder = f.placeholders().CODEX_OAUTH_ACCESS_TOKEN!;
   const agent = f.proxyAgent();
   const call = () => chatThroughBroker(agent, placeholder);
   /** The broker learns of a new login from a file watch: wait until it serves. */
@@ -70,7 +69,7 @@ async function setup(oauthExtra = "") {
 }
 
 /** The test's browser: it reaches the fake authorization server at its own address. */
-function browser(f: Fixture): Agent {
+function browser(f: InProcessFixture): Agent {
   return new Agent({
     connect: {
       ca: readFileSync(f.upstream.caPath, "utf8"),
@@ -79,7 +78,7 @@ function browser(f: Fixture): Agent {
   });
 }
 
-async function follow(f: Fixture, authorizeUrl: string): Promise<string> {
+async function follow(f: InProcessFixture, authorizeUrl: string): Promise<string> {
   const u = new URL(authorizeUrl);
   u.port = String(f.upstream.port);
   const res = await request(u, { dispatcher: browser(f), headers: { host: AUTH_HOST } });

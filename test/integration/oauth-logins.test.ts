@@ -9,7 +9,7 @@ import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { FileTokenStore } from "../../state/tokens/home.js";
 import type { StoredLogin } from "../../state/tokens/login.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
@@ -48,7 +48,7 @@ function login(id: string, accessToken: string, createdAt = Date.now()): StoredL
   };
 }
 
-const open: Fixture[] = [];
+const open: InProcessFixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
@@ -73,16 +73,9 @@ function provider(u: FakeUpstream, exhausted: Set<string>): string[] {
   return seen;
 }
 
-const placeholders = new WeakMap<Fixture, string>();
-
-async function call(f: Fixture, agent: ProxyAgent) {
-  let ph = placeholders.get(f);
-  if (ph === undefined) {
-    const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
-    ph = vars.CODEX_OAUTH_ACCESS_TOKEN;
-    expect(ph).toBeDefined();
-    placeholders.set(f, ph!);
-  }
+async function call(f: InProcessFixture, agent: ProxyAgent) {
+  const ph = f.placeholders().CODEX_OAUTH_ACCESS_TOKEN;
+  expect(ph).toBeDefined();
   const res = await request("https://api.openai.com/v1/chat/completions", {
     method: "POST",
     dispatcher: agent,
@@ -113,7 +106,7 @@ describe("OAuth logins in the pool", () => {
   it(
     "follows the token store without a restart and injects the access token as Bearer",
     async () => {
-      const f = await startFixture({ rules });
+      const f = await startInProcessFixture({ rules });
       open.push(f);
       const seen = provider(f.upstream, new Set());
       const agent = f.proxyAgent();
@@ -159,7 +152,7 @@ describe("OAuth logins in the pool", () => {
   it(
     "a usage-limit answer to one login marks only that login; the other serves",
     async () => {
-      const f = await startFixture({ rules });
+      const f = await startInProcessFixture({ rules });
       open.push(f);
       const seen = provider(f.upstream, new Set([TOKEN_WORK]));
       const agent = f.proxyAgent();

@@ -13,11 +13,11 @@ import { FileTokenStore } from "../../state/tokens/home.js";
 import { ROOT, runProcess } from "../helpers/broker.js";
 import { freePort, startCli } from "../helpers/cli-session.js";
 import { curlChatArgs } from "../helpers/curl.js";
-import { type Fixture, startFixture } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 import { CLIENT_ID, IDP_HOST, type OidcServer, startOidcServer } from "../helpers/oidc-server.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 let idp: OidcServer;
 let callbackPort: number;
 let agentEnv: Record<string, string>;
@@ -31,7 +31,7 @@ beforeAll(async () => {
     redirectUris: [`http://127.0.0.1:${callbackPort}/callback`],
     accessTtl: ACCESS_TTL,
   });
-  f = await startFixture({
+  f = await startInProcessFixture({
     rules: (u) => {
       u.routes.set("POST /v1/chat/completions", async (req, res: ServerResponse) => {
         const token = String(req.headers.authorization ?? "").replace(/^Bearer /, "");

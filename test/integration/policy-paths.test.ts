@@ -7,14 +7,15 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, REAL_ANTHROPIC, REAL_GITHUB, rulesFor, startFixture } from "../helpers/fixture.js";
+import { REAL_ANTHROPIC, REAL_GITHUB, rulesFor } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { brokerError, parseAnswer, rawExchange, tunnelExchange } from "../helpers/raw.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 let basic: string;
 
 beforeAll(async () => {
-  f = await startFixture({
+  f = await startInProcessFixture({
     rules: (u) =>
       rulesFor(
         u,
@@ -62,7 +63,7 @@ async function nextHeld(seen: number): Promise<string> {
   for (;;) {
     const ids = [...f.broker.stderr().matchAll(HELD)].map((m) => m[1]!);
     if (ids.length > seen) return ids[seen]!;
-    await once(f.broker.child.stderr!, "data");
+    await once(f.broker.logged, "data");
   }
 }
 

@@ -10,6 +10,7 @@ import { ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { cliAsync, startBroker } from "../helpers/broker.js";
 import { type Fixture, HOSTS, startFixture } from "../helpers/fixture.js";
+import { type AnyFixture, type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { brokerError, rawExchange } from "../helpers/raw.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
@@ -63,7 +64,7 @@ providers:
 ${extra}`;
 }
 
-const open: Fixture[] = [];
+const open: AnyFixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
@@ -71,8 +72,12 @@ afterEach(async () => {
   }
 });
 
-async function fixture(extra = "", opts: { prepareHome?: (home: string) => void } = {}): Promise<Fixture> {
-  const f = await startFixture({
+/** A broker on the pool rules, built in this process. */
+async function fixture(
+  extra = "",
+  opts: { prepareHome?: (home: string) => void } = {},
+): Promise<InProcessFixture> {
+  const f = await startInProcessFixture({
     rules: (u) => poolRules(u, extra),
     env: { ...KEYS, OPENROUTER_API_KEY: OR_KEY },
     ...opts,
@@ -81,7 +86,14 @@ async function fixture(extra = "", opts: { prepareHome?: (home: string) => void 
   return f;
 }
 
-async function call(f: Fixture, agent: ProxyAgent, body = '{"model":"gpt-test"}') {
+/** A broker process on the pool rules, for the tests of restarts and kill -9. */
+async function childFixture(): Promise<Fixture> {
+  const f = await startFixture({ rules: (u) => poolRules(u), env: { ...KEYS, OPENROUTER_API_KEY: OR_KEY } });
+  open.push(f);
+  return f;
+}
+
+async function call(f: AnyFixture, agent: ProxyAgent, body = '{"model":"gpt-test"}') {
   const ph = await f.placeholder("openai");
   const res = await request("https://api.openai.com/v1/chat/completions", {
     method: "POST",
@@ -96,7 +108,7 @@ async function call(f: Fixture, agent: ProxyAgent, body = '{"model":"gpt-test"}'
   };
 }
 
-async function statusJson(f: Fixture) {
+async function statusJson(f: AnyFixture) {
   const r = await f.cli(["status", "--json"]);
   expect(r.status, r.stderr).toBe(0);
   const report = JSON.parse(r.stdout) as {
@@ -115,7 +127,7 @@ function openaiStates(report: Awaited<ReturnType<typeof statusJson>>): Record<st
  * A reverse-mode chat call while every openai key answers 429 insufficient_quota: what came back,
  * and the keys the fallback provider (openrouter's path on the same fake) was called with.
  */
-async function callExhausted(f: Fixture, body = '{"model":"gpt-test"}') {
+async function callExhausted(f: AnyFixture, body = '{"model":"gpt-test"}') {
   perKey(f.upstream, "/v1/chat/completions", new Map(Object.values(KEYS).map((k) => [k, QUOTA_429])));
   const seenOr = perKey(f.upstream, "/api/v1/chat/completions", new Map());
   const res = await request(`${f.broker.url}/p/openai/v1/chat/completions`, {
@@ -189,7 +201,7 @@ describe("credential pools", () => {
   });
 
   it("answers credential_unavailable, not pool_exhausted, for a provider that lists no credentials", async () => {
-    const f = await startFixture({
+    const f = await startInProcessFixture({
       rules: (u) =>
         poolRules(u).replace(
           "credentials: [KEY_A, KEY_B, KEY_C]",
@@ -327,7 +339,7 @@ fallbacks:
   });
 
   it("(f) keeps marks across a restart, and recovers from a corrupt state file", async () => {
-    const f = await fixture();
+    const f = await childFixture();
     perKey(f.upstream, "/v1/chat/completions", new Map([[KEYS.KEY_A, QUOTA_429]]));
     const agent = f.proxyAgent();
     expect((await call(f, agent)).json.key).toBe("KEY_B");
@@ -359,7 +371,7 @@ fallbacks:
   });
 
   it("(f2) keeps every mark through kill -9 right after the client got its answer, run after run", async () => {
-    const f = await fixture();
+    const f = await childFixture();
     const config = join(f.dir, "keybroker.yaml");
     const env = { ...KEYS, OPENROUTER_API_KEY: OR_KEY };
     const statePath = join(f.home, "state", "pools.json");

@@ -2,13 +2,14 @@
 // bad CONNECT ports, request targets naming another origin, requests without Host, and what
 // node's HTTP parser rejects. Every refusal has SPEC §11's shape and nothing reaches the upstream.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { brokerError, parseAnswer, rawExchange, tunnelExchange } from "../helpers/raw.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startInProcessFixture();
 });
 
 afterAll(async () => {

@@ -10,14 +10,16 @@ import { startBroker } from "../helpers/broker.js";
 import {
   ALL_REAL,
   type Fixture,
+  type FixtureOptions,
   REAL_ANTHROPIC,
   REAL_OPENAI,
   rulesFor,
   startFixture,
 } from "../helpers/fixture.js";
+import { type AnyFixture, type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
-const open: Fixture[] = [];
+const open: AnyFixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
@@ -25,8 +27,16 @@ afterEach(async () => {
   }
 });
 
-async function fixture(opts: Parameters<typeof startFixture>[0] = {}): Promise<Fixture> {
-  const f = await startFixture(opts);
+/** A broker built in this process: these tests send it requests. */
+async function fixture(opts: FixtureOptions = {}): Promise<InProcessFixture> {
+  const f = await startInProcessFixture(opts);
+  open.push(f);
+  return f;
+}
+
+/** A broker process, for the tests of restarts and SIGHUP. */
+async function childFixture(): Promise<Fixture> {
+  const f = await startFixture();
   open.push(f);
   return f;
 }
@@ -35,9 +45,9 @@ async function fixture(opts: Parameters<typeof startFixture>[0] = {}): Promise<F
  * One broker with the default rules for the tests that only send it requests (no restart, no
  * reload): a broker start is most of such a test's time.
  */
-let sharedFixture: Promise<Fixture> | undefined;
-function shared(): Promise<Fixture> {
-  sharedFixture ??= startFixture();
+let sharedFixture: Promise<InProcessFixture> | undefined;
+function shared(): Promise<InProcessFixture> {
+  sharedFixture ??= startInProcessFixture();
   return sharedFixture;
 }
 afterAll(async () => {
@@ -47,7 +57,7 @@ afterAll(async () => {
   expect(f.leaks()).toEqual([]);
 });
 
-function agentFor(f: Fixture, ca = readFileSync(f.broker.caPath, "utf8")): ProxyAgent {
+function agentFor(f: AnyFixture, ca = readFileSync(f.broker.caPath, "utf8")): ProxyAgent {
   return new ProxyAgent({ uri: f.broker.url, requestTls: { ca } });
 }
 
@@ -191,7 +201,7 @@ ${allow ? "    allow_private_upstream: true\n" : ""}`;
     const key = "sk-local-0123456789abcdef";
     const f = await fixture({ rules: localProvider(true), env: { LOCAL_KEY: key } });
     const agent = agentFor(f);
-    const vars = JSON.parse((await f.cli(["env", "--format", "json"])).stdout) as Record<string, string>;
+    const vars = f.placeholders();
     const res = await request(`https://localhost:${f.upstream.port}/v1/models`, {
       dispatcher: agent,
       headers: { authorization: `Bearer ${vars.LOCAL_API_KEY}` },
@@ -264,7 +274,7 @@ describe("reverse mode", () => {
 
 describe("rules and restarts", () => {
   it("keeps placeholders across restarts of the same home", async () => {
-    const f = await fixture();
+    const f = await childFixture();
     const before = await f.placeholder("openai");
     await f.broker.stop();
     const again = await startBroker({
@@ -291,7 +301,7 @@ describe("rules and restarts", () => {
   });
 
   it("reloads on SIGHUP, and keeps the old rules when the new file is invalid", async () => {
-    const f = await fixture();
+    const f = await childFixture();
     const config = join(f.dir, "keybroker.yaml");
     const agent = agentFor(f);
     const ph = await f.placeholder("github");
@@ -328,7 +338,7 @@ describe("rules and restarts", () => {
 
 describe("reloading an empty or version-less rule file", () => {
   it("is rejected and the old rules stay: the provider keeps its credential", async () => {
-    const f = await fixture();
+    const f = await childFixture();
     const config = join(f.dir, "keybroker.yaml");
     const agent = agentFor(f);
     const ph = await f.placeholder("openai");

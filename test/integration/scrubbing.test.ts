@@ -2,14 +2,15 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliCompressSync, gzipSync } from "node:zlib";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
-let f: Fixture;
+let f: InProcessFixture;
 let agent: ProxyAgent;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startFixture();
+  f = await startInProcessFixture();
   agent = f.proxyAgent();
   ph = await f.placeholder("openai");
 });

@@ -15,7 +15,8 @@ import OpenAI from "openai";
 import { request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { outputs, tempHome } from "../helpers/broker.js";
-import { type Fixture, HOSTS, startFixture } from "../helpers/fixture.js";
+import { HOSTS } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
 const { privateKey, publicKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
@@ -217,7 +218,7 @@ function fakeBedrock(u: FakeUpstream): { calls: number; rejected: number } {
   return state;
 }
 
-const open: Fixture[] = [];
+const open: InProcessFixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
@@ -229,11 +230,11 @@ afterEach(async () => {
 async function fixture(
   secret = AWS_SECRET,
   extra = "",
-): Promise<Fixture & { google: FakeGoogle; bedrock: { calls: number; rejected: number } }> {
+): Promise<InProcessFixture & { google: FakeGoogle; bedrock: { calls: number; rejected: number } }> {
   const path = keyFile();
   let google!: FakeGoogle;
   let bedrock!: { calls: number; rejected: number };
-  const f = await startFixture({
+  const f = await startInProcessFixture({
     rules: (u) => {
       google = fakeGoogle(u);
       bedrock = fakeBedrock(u);
@@ -245,7 +246,7 @@ async function fixture(
   return Object.assign(f, { google, bedrock });
 }
 
-function vertexClient(f: Fixture): OpenAI {
+function vertexClient(f: InProcessFixture): OpenAI {
   return new OpenAI({
     apiKey: "unused",
     baseURL: `${f.broker.url}/p/vertex/v1/projects/p1/locations/us-central1/endpoints/openapi`,
@@ -327,10 +328,7 @@ describe("Google service account (Vertex AI)", () => {
 
   it("signs intercepted requests too, for a client that sends its placeholder", async () => {
     const f = await fixture();
-    const r = await f.cli(["env", "--format", "json"], {
-      env: { BEDROCK_KEY_ID: AWS_ID, BEDROCK_SECRET: AWS_SECRET },
-    });
-    const ph = (JSON.parse(r.stdout) as Record<string, string>).VERTEX_API_KEY!;
+    const ph = f.placeholders().VERTEX_API_KEY!;
     expect(ph).toBeDefined();
     const agent = f.proxyAgent();
     const res = await request(
@@ -349,7 +347,7 @@ describe("Google service account (Vertex AI)", () => {
 });
 
 /** The official Bedrock runtime SDK, pointed at the broker's /p/bedrock mount. */
-function bedrockClient(f: Fixture): BedrockRuntimeClient {
+function bedrockClient(f: InProcessFixture): BedrockRuntimeClient {
   return new BedrockRuntimeClient({
     region: "us-east-1",
     endpoint: `${f.broker.url}/p/bedrock`,

@@ -4,7 +4,8 @@ import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { ProxyAgent, request, WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Fixture, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
+import { REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { brokerError } from "../helpers/raw.js";
 import { openTunnel } from "../helpers/tunnel.js";
 
@@ -32,9 +33,9 @@ async function rawUpgrade(
 
 const TOKENS = { KB_GUEST_TOKEN: "kb-guest-token-3e5a7c9b1d", KB_WORKER_TOKEN: "kb-worker-token-6b8d0f2a4c" };
 
-let f: Fixture;
+let f: InProcessFixture;
 beforeAll(async () => {
-  f = await startFixture({
+  f = await startInProcessFixture({
     // Client tokens, not provider secrets: `keybroker env --client` prints them in its proxy URL
     // on purpose, so they stay out of the leak scan's list.
     upstreamEnv: () => TOKENS,
@@ -106,8 +107,7 @@ describe("WebSocket upgrades", () => {
     await once(ws as unknown as NodeJS.EventEmitter, "error");
     expect(f.upstream.received.length).toBe(before);
     // The warning may be written just after the refusal went out.
-    while (!f.broker.stderr().includes("possible exfiltration blocked"))
-      await once(f.broker.child.stderr!, "data");
+    while (!f.broker.stderr().includes("possible exfiltration blocked")) await once(f.broker.logged, "data");
     await dispatcher.close();
   });
 

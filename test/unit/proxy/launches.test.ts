@@ -1,5 +1,8 @@
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { describe, expect, it } from "vitest";
-import { Launches } from "../../../proxy/launches.js";
+import { Launches, type LaunchInfo } from "../../../proxy/launches.js";
+import { processStart } from "../../../proxy/process-start.js";
 import type { ClientState, Runtime } from "../../../proxy/runtime.js";
 import type { ClientRule } from "../../../rules/types.js";
 
@@ -57,5 +60,23 @@ describe("Launches", () => {
       ),
     ).not.toBeNull();
     expect(launches.authenticate(runtime([]), `launch-${l.id}`, l.token)).toBeNull();
+  });
+
+  it("ends a launch once its run process is gone, and tells who audits it (decision 136)", async () => {
+    const launches = new Launches();
+    const rt = runtime([{ name: "default", providers: "*", role: "user" }]);
+    const run = spawn("sleep", ["600"], { stdio: "ignore" });
+    await once(run, "spawn");
+    const pid = run.pid!;
+    const l = launches.mint("default", "sh", { pid, start: processStart(pid)! });
+    const gone = new Promise<LaunchInfo>((resolve) => {
+      launches.onGone = resolve;
+    });
+    expect(launches.authenticate(rt, `launch-${l.id}`, l.token)).not.toBeNull();
+    run.kill("SIGKILL");
+    expect((await gone).id).toBe(l.id);
+    expect(launches.list()).toEqual([]);
+    expect(launches.authenticate(rt, `launch-${l.id}`, l.token)).toBeNull();
+    launches.close();
   });
 });

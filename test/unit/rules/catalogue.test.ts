@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { CATALOGUE, CATALOGUE_ORIGIN } from "../../../rules/catalogue.js";
 import { hostMatches } from "../../../rules/host-pattern.js";
 import { loadRules, parseRules } from "../../../rules/load.js";
-import { providerSchema } from "../../../rules/schema.js";
+import { providerSchema } from "../../../rules/schema/index.js";
 import type { ProviderRule } from "../../../rules/types.js";
 
 const SPEC_PROVIDERS = [

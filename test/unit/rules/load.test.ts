@@ -423,6 +423,7 @@ describe("compiling", () => {
     );
     expect(provider(rules, "my-llm")).toEqual({
       id: "my-llm",
+      kind: "key_pool",
       hosts: [{ source: "llm.example.com", host: "llm.example.com", wildcard: false, port: 443 }],
       inject: { headers: ["authorization"], format: "Bearer {secret}" },
       credentials: ["MY_LLM_API_KEY"],

@@ -34,7 +34,12 @@ describe("Refresher: an MCP login it has no binding for", () => {
     const warnings: string[] = [];
     const refresher = new Refresher({
       logins,
-      rule: () => ({ id: "notes", mcp: { url: "https://mcp.example.test/mcp" } }) as unknown as ProviderRule,
+      rule: () =>
+        ({
+          id: "notes",
+          kind: "mcp",
+          mcp: { url: "https://mcp.example.test/mcp" },
+        }) as unknown as ProviderRule,
       client: () => undefined,
       loginClient: async () => undefined,
       onEvent: () => {},

@@ -1,0 +1,47 @@
+// What a provider entry amounts to once its defaults apply: its kind, the hosts it binds, its
+// upstream and mount, its placeholder variables. One function for the cross-checks (which read
+// the raw YAML, so that every problem of a file is reported at once) and for the compiler.
+import { chooseKind, kindOf, type ProviderKindName } from "./kinds/index.js";
+import { effectiveMount, effectivePlaceholderEnv, mcpBinding } from "./provider-defaults.js";
+import type { ProviderInput } from "./schema/index.js";
+
+export interface EffectiveProvider {
+  readonly kind: ProviderKindName;
+  /** What `mcp:` binds (SPEC §15): its URL's host and origin; unset without a valid URL. */
+  readonly mcp?: { readonly host: string; readonly upstream: string };
+  /** The hosts as written, or the MCP server's; unset when the entry lists none. */
+  readonly hosts?: readonly unknown[];
+  /** The upstream as written, or the MCP server's origin. */
+  readonly upstream?: unknown;
+  /** The reverse endpoint: the mount written (without a trailing slash), else `/p/<id>` with an upstream. */
+  readonly mount?: string;
+  /** The placeholder variables, the main one first (decision 122). */
+  readonly env: readonly string[];
+}
+
+function isRecord(value: unknown): value is Readonly<Record<string, unknown>> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** `entry` is the file's entry over its catalogue entry, as written (raw YAML for the cross-checks). */
+export function effectiveProvider(
+  id: string,
+  entry: Readonly<Record<string, unknown>>,
+  catalogueEntry?: ProviderInput,
+): EffectiveProvider {
+  const mcp = mcpBinding(entry.mcp);
+  const kind = chooseKind(entry);
+  const hosts = mcp !== undefined ? [mcp.host] : Array.isArray(entry.hosts) ? entry.hosts : undefined;
+  const upstream = entry.upstream ?? mcp?.upstream;
+  const mount = effectiveMount(id, entry.mount, upstream);
+  const placeholder = isRecord(entry.placeholder) ? entry.placeholder.env : undefined;
+  const env = effectivePlaceholderEnv(id, placeholder, catalogueEntry, kindOf({ kind }).derivedEnv);
+  return {
+    kind,
+    ...(mcp === undefined ? {} : { mcp }),
+    ...(hosts === undefined ? {} : { hosts }),
+    ...(upstream === undefined ? {} : { upstream }),
+    ...(mount === undefined ? {} : { mount }),
+    env,
+  };
+}

@@ -1,0 +1,50 @@
+// Before any test file: the integration tests run the built CLI (dist/), so a source file newer
+// than its build would test old code without a word. Rebuild when any source under the build's
+// folders is newer than its compiled file (or has none); when nothing changed (npm test has
+// just built) this costs a walk over the sources, no compiler run.
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
+
+const ROOT = join(import.meta.dirname, "..");
+
+/** The sources `npm run build` compiles: tsconfig.build.json's include, .ts but not .d.ts. */
+function* sources(): Generator<string> {
+  const config = JSON.parse(readFileSync(join(ROOT, "tsconfig.build.json"), "utf8")) as { include: string[] };
+  const walk = function* (dir: string): Generator<string> {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, entry.name);
+      if (entry.isDirectory()) yield* walk(p);
+      else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts")) yield p;
+    }
+  };
+  for (const dir of config.include) yield* walk(join(ROOT, dir));
+}
+
+/** Sources whose dist/ file is missing or older than they are. */
+export function staleSources(): string[] {
+  const stale: string[] = [];
+  for (const src of sources()) {
+    const out = join(ROOT, "dist", relative(ROOT, src).replace(/\.ts$/, ".js"));
+    if (!existsSync(out) || statSync(out).mtimeMs < statSync(src).mtimeMs) stale.push(relative(ROOT, src));
+  }
+  return stale;
+}
+
+export default function setup(): void {
+  const stale = staleSources();
+  if (stale.length === 0) return;
+  const shown = stale.slice(0, 3).join(", ") + (stale.length > 3 ? `, … (${stale.length})` : "");
+  process.stderr.write(`dist/ is older than ${shown}: rebuilding (npm run build)\n`);
+  const r = spawnSync(
+    process.execPath,
+    [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"],
+    {
+      cwd: ROOT,
+      stdio: "inherit",
+    },
+  );
+  if (r.status !== 0) throw new Error("npm run build failed: the integration tests would run an old dist/");
+  const left = staleSources();
+  if (left.length > 0) throw new Error(`after the build, dist/ is still older than ${left.join(", ")}`);
+}

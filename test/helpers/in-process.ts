@@ -1,0 +1,153 @@
+// A broker built in the test's own process, for tests of proxy behaviour: the same Broker class
+// and rule loading `keybroker start` uses, run from source (no build, no child process, no
+// start-up of its own). Its log lines are kept (JSON, as the child writes to a pipe) for the
+// secret scan; placeholders come from the function `keybroker env` reads them with. Tests of
+// the CLI, of a process's lifecycle and of what a user runs keep the child (broker.ts).
+import { EventEmitter } from "node:events";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ProxyAgent } from "undici";
+import { createLogger } from "../../core/log.js";
+import { Broker } from "../../proxy/server.js";
+import { loadRules } from "../../rules/load.js";
+import { type CliResult, cliAsync, findSecrets, outputs, tempHome, writeConfig } from "./broker.js";
+import {
+  ALL_REAL,
+  type FixtureOptions,
+  REAL_ANTHROPIC,
+  REAL_GEMINI,
+  REAL_GITHUB,
+  REAL_OPENAI,
+  rulesFor,
+} from "./fixture.js";
+import { agentPlaceholders, placeholderOf } from "./placeholders.js";
+import { type FakeUpstream, startUpstream } from "./upstream.js";
+
+export interface InProcessBroker {
+  readonly broker: Broker;
+  readonly url: string;
+  readonly port: number;
+  readonly home: string;
+  readonly caPath: string;
+  readonly bundlePath: string;
+  /** What it logged so far (a child broker writes it to stderr). */
+  stderr(): string;
+  /** Emits "data" for each line it logs, as a child's stderr does. */
+  readonly logged: EventEmitter;
+  /** Loads the rule file again and swaps it in, as SIGHUP does. */
+  reload(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface InProcessOptions {
+  readonly home?: string;
+  /** The rule file's path (undefined: the embedded catalogue). */
+  readonly config?: string;
+  /** The broker's environment: where it reads secrets and KEYBROKER_* settings from. */
+  readonly env?: Record<string, string>;
+}
+
+/** Builds and starts a broker here, on 127.0.0.1 port 0; advertised in the home like `start`. */
+export async function startInProcessBroker(opts: InProcessOptions = {}): Promise<InProcessBroker> {
+  const home = opts.home ?? tempHome();
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...opts.env };
+  const lines: string[] = [];
+  const logged = new EventEmitter();
+  const log = createLogger(undefined, {
+    env: { ...env, KEYBROKER_LOG_FORMAT: "json" },
+    stream: {
+      write: (line: string) => {
+        lines.push(line);
+        logged.emit("data", line);
+      },
+    },
+  });
+  const broker = await Broker.create({
+    home,
+    rules: loadRules(opts.config),
+    log,
+    env,
+    port: 0,
+    advertise: true,
+  });
+  const address = await broker.listen();
+  let stopped = false;
+  return {
+    broker,
+    url: address.url,
+    port: address.port,
+    home,
+    caPath: broker.ca.certPath,
+    bundlePath: broker.bundlePath,
+    stderr: () => lines.join(""),
+    logged,
+    reload: () => broker.reload(loadRules(opts.config)),
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await broker.close();
+      outputs.push(lines.join(""));
+    },
+  };
+}
+
+/** fixture.ts's Fixture, with the broker in this process. */
+export interface InProcessFixture {
+  readonly upstream: FakeUpstream;
+  readonly broker: InProcessBroker;
+  readonly home: string;
+  readonly dir: string;
+  /** The placeholder `keybroker env --client <client>` prints for the provider's variable. */
+  placeholder(provider: string, client?: string): Promise<string>;
+  /** Every placeholder `keybroker env --client <client>` prints, by variable name. */
+  placeholders(client?: string): Record<string, string>;
+  /** `keybroker <args> --home <home> --config <rule file>`: a real CLI, talking to this broker. */
+  cli(args: string[], opts?: { env?: Record<string, string> }): Promise<CliResult>;
+  proxyAgent(): ProxyAgent;
+  leaks(): string[];
+  close(): Promise<void>;
+}
+
+/** startFixture (fixture.ts), the broker built in this process. */
+export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<InProcessFixture> {
+  const upstream = await startUpstream();
+  const home = tempHome();
+  const dir = tempHome();
+  const config = writeConfig(dir, opts.rules ? opts.rules(upstream) : rulesFor(upstream, opts.extraRules));
+  const env = {
+    OPENAI_API_KEY: REAL_OPENAI,
+    ANTHROPIC_API_KEY: REAL_ANTHROPIC,
+    GEMINI_API_KEY: REAL_GEMINI,
+    GITHUB_TOKEN: REAL_GITHUB,
+    ...opts.env,
+    ...opts.upstreamEnv?.(upstream),
+  };
+  opts.prepareHome?.(home);
+  const broker = await startInProcessBroker({ home, config, env });
+  const placeholders = (client = "default") => agentPlaceholders(broker.broker.runtime, client);
+  return {
+    upstream,
+    broker,
+    home,
+    dir,
+    cli: (args, cliOpts = {}) => cliAsync([...args, "--home", home, "--config", config], cliOpts),
+    proxyAgent: () =>
+      new ProxyAgent({ uri: broker.url, requestTls: { ca: readFileSync(broker.caPath, "utf8") } }),
+    placeholders,
+    placeholder: async (provider: string, client = "default") =>
+      placeholderOf(placeholders(client), provider),
+    leaks: () =>
+      findSecrets(
+        [...ALL_REAL, ...Object.values(opts.env ?? {})],
+        [home, join(dir)],
+        [...outputs, broker.stderr()],
+      ),
+    async close() {
+      await broker.stop();
+      await upstream.close();
+    },
+  };
+}
+
+/** Either fixture, for helpers that only send requests and read what the broker logged. */
+export type AnyFixture = InProcessFixture | import("./fixture.js").Fixture;
