@@ -91,8 +91,11 @@ describe("refresh custody", () => {
       expect(fake.refreshes).toBeGreaterThanOrEqual(4);
       expect(fake.reuses).toBe(0);
       expect(statuses.filter((s) => s !== 200)).toEqual([]);
-      const audit = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8");
-      expect(audit).toContain('"decision":"refreshed"');
+      // The audit log is written in batches: wait for the line rather than read it once.
+      const auditFile = join(f.home, "audit", "audit.jsonl");
+      await expect
+        .poll(() => (existsSync(auditFile) ? readFileSync(auditFile, "utf8") : ""), { timeout: 10_000 })
+        .toContain('"decision":"refreshed"');
       await agent.close();
     },
     TEST_TIMEOUT,
