@@ -1,7 +1,7 @@
 // Each step of an approval (SPEC §16): a log line (the held one says how to answer), a
 // notification for a held request, the metrics, and an audit line.
 import type { AuditEntry } from "../audit/audit-log.js";
-import { approveCommand } from "../cli/hints.js";
+import { approveCommand } from "../core/hints.js";
 import type { Logger } from "../core/log.js";
 import type { Notifier } from "../core/notify.js";
 import type { BrokerMetrics } from "../metrics/broker-metrics.js";

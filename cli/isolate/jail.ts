@@ -11,6 +11,7 @@ import { existsSync, openSync, readFileSync, rmSync, statSync, writeFileSync } f
 import { createServer } from "node:net";
 import { constants } from "node:os";
 import { basename, dirname, join } from "node:path";
+import { packageRoot } from "../../core/package-root.js";
 import type { JailMessage, JailPlan } from "./plan.js";
 import { makePrivate } from "./private-folders.js";
 
@@ -75,7 +76,14 @@ async function main(): Promise<void> {
   // The launch's folder as it is outside, to remove it from there should run be killed.
   const outside = openSync(dirname(plan.dir), "r");
   makePrivate(
-    { uid: plan.uid, keep: [plan.cwd, plan.dir], sockets: plan.sockets, emptyFile: plan.emptyFile },
+    // keybroker itself stays visible too: the agent's NODE_OPTIONS preloads from it, wherever it
+    // is installed (a clone under /tmp included).
+    {
+      uid: plan.uid,
+      keep: [plan.cwd, plan.dir, packageRoot()],
+      sockets: plan.sockets,
+      emptyFile: plan.emptyFile,
+    },
     (args) => must("mount", args),
   );
   hide(plan);

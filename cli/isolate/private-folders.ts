@@ -66,7 +66,7 @@ function socketsUnder(dir: string, skip: readonly string[], depth: number, out: 
 
 export interface PrivateSetup {
   readonly uid: number;
-  /** Folders the agent must still see at their paths: the working folder, the launch's own. */
+  /** Folders the agent must still see at their paths: the working folder, the launch's own, keybroker's. */
   readonly keep: readonly string[];
   /** Socket paths named by the variables `dropSocketVariables` removed. */
   readonly sockets: readonly string[];

@@ -1,5 +1,5 @@
 // Commands the broker tells a person to run, spelled as they would type them.
-import { homePath } from "../core/home.js";
+import { homePath } from "./home.js";
 
 /** A path as one shell word. */
 export function shellQuote(s: string): string {
