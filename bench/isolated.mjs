@@ -58,6 +58,9 @@ export async function isolateBroker(broker, { dir, home, name }) {
       socketPath,
     ],
     env: { ...process.env },
+    // The jail's /tmp is its own (decision 135): run from the bench folder, which it keeps, so the
+    // bridge's socket there is the one this process dials.
+    cwd: dir,
     logFile: path.join(dir, `${name}-run.log`),
     ready: (line) => /^bridge (\S+)/.exec(line)?.[1],
   });

@@ -17,9 +17,13 @@ const children = new Set();
  * first. Stderr and stdout both go to `logFile` (so `--keep` keeps whatever V8's --trace-* flags
  * print); the last 4000 characters of stdout are also in `child.outputTail`.
  */
-export function startChild({ name, cmd, args, env, logFile, ready, timeoutMs = 30_000 }) {
+export function startChild({ name, cmd, args, env, logFile, ready, cwd, timeoutMs = 30_000 }) {
   const log = fs.openSync(logFile, "a");
-  const child = spawn(cmd, args, { env, stdio: ["pipe", "pipe", log] });
+  const child = spawn(cmd, args, {
+    env,
+    stdio: ["pipe", "pipe", log],
+    ...(cwd === undefined ? {} : { cwd }),
+  });
   fs.closeSync(log);
   child.benchName = name;
   child.outputTail = "";
