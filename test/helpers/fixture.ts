@@ -81,7 +81,11 @@ export interface FixtureOptions {
   readonly prepareHome?: (home: string) => void;
 }
 
-export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> {
+/**
+ * What a fixture's broker starts from, in a child process or in this one: a recording upstream,
+ * a home and a folder with the rule file, the broker's environment with the real keys.
+ */
+export async function prepareFixture(opts: FixtureOptions) {
   const upstream = await startUpstream();
   const home = tempHome();
   const dir = tempHome();
@@ -95,6 +99,11 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
     ...opts.upstreamEnv?.(upstream),
   };
   opts.prepareHome?.(home);
+  return { upstream, home, dir, config, env };
+}
+
+export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> {
+  const { upstream, home, dir, config, env } = await prepareFixture(opts);
   const broker = await startBroker({ home, config, env });
   const cli = (args: string[], cliOpts: { env?: Record<string, string> } = {}) =>
     cliAsync([...args, "--home", home, "--config", config], cliOpts);

@@ -10,18 +10,10 @@ import { ProxyAgent } from "undici";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
-import { type CliResult, cliAsync, findSecrets, outputs, tempHome, writeConfig } from "./broker.js";
-import {
-  ALL_REAL,
-  type FixtureOptions,
-  REAL_ANTHROPIC,
-  REAL_GEMINI,
-  REAL_GITHUB,
-  REAL_OPENAI,
-  rulesFor,
-} from "./fixture.js";
+import { type CliResult, cliAsync, findSecrets, outputs, tempHome } from "./broker.js";
+import { ALL_REAL, type FixtureOptions, prepareFixture } from "./fixture.js";
 import { agentPlaceholders, placeholderOf } from "./placeholders.js";
-import { type FakeUpstream, startUpstream } from "./upstream.js";
+import type { FakeUpstream } from "./upstream.js";
 
 export interface InProcessBroker {
   readonly broker: Broker;
@@ -110,19 +102,7 @@ export interface InProcessFixture {
 
 /** startFixture (fixture.ts), the broker built in this process. */
 export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<InProcessFixture> {
-  const upstream = await startUpstream();
-  const home = tempHome();
-  const dir = tempHome();
-  const config = writeConfig(dir, opts.rules ? opts.rules(upstream) : rulesFor(upstream, opts.extraRules));
-  const env = {
-    OPENAI_API_KEY: REAL_OPENAI,
-    ANTHROPIC_API_KEY: REAL_ANTHROPIC,
-    GEMINI_API_KEY: REAL_GEMINI,
-    GITHUB_TOKEN: REAL_GITHUB,
-    ...opts.env,
-    ...opts.upstreamEnv?.(upstream),
-  };
-  opts.prepareHome?.(home);
+  const { upstream, home, dir, config, env } = await prepareFixture(opts);
   const broker = await startInProcessBroker({ home, config, env });
   const placeholders = (client = "default") => agentPlaceholders(broker.broker.runtime, client);
   return {

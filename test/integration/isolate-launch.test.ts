@@ -57,11 +57,13 @@ afterAll(async () => {
   expect(f.leaks()).toEqual([]);
 });
 
+/** `run --isolate` of this file's broker, home and rule file, with `command` after the `--`. */
+function isolateArgs(command: string[], extra: string[] = []): string[] {
+  return ["run", "--isolate", ...extra, "--home", f.home, "--config", config, "--", ...command];
+}
+
 function isolated(command: string[], opts: { env?: Record<string, string>; extra?: string[] } = {}) {
-  return cliAsync(
-    ["run", "--isolate", ...(opts.extra ?? []), "--home", f.home, "--config", config, "--", ...command],
-    opts.env === undefined ? {} : { env: opts.env },
-  );
+  return cliAsync(isolateArgs(command, opts.extra), opts.env === undefined ? {} : { env: opts.env });
 }
 
 /** Starts run with piped stdio; `lines` resolves each time stdout has a line matching. */
@@ -127,18 +129,7 @@ describe("run --isolate passes through", () => {
 
   it("SIGINT to run: exit 130, and nothing of the launch left running", async () => {
     const marker = `1234.${process.pid}`;
-    const run = started([
-      "run",
-      "--isolate",
-      "--home",
-      f.home,
-      "--config",
-      config,
-      "--",
-      "sh",
-      "-c",
-      `sleep ${marker} & echo started; wait`,
-    ]);
+    const run = started(isolateArgs(["sh", "-c", `sleep ${marker} & echo started; wait`]));
     await run.waitFor(/started/);
     // The sleep is running (sh may echo before it has exec'd it).
     await until(async () => processesWith(["sleep", marker]).length === 1, "the sleep to start");
@@ -151,18 +142,7 @@ describe("run --isolate passes through", () => {
 
   it("run killed outright: the launch ends with it, nothing left running", async () => {
     const marker = `4321.${process.pid}`;
-    const run = started([
-      "run",
-      "--isolate",
-      "--home",
-      f.home,
-      "--config",
-      config,
-      "--",
-      "sh",
-      "-c",
-      `sleep ${marker} & echo "started $SSL_CERT_FILE"; wait`,
-    ]);
+    const run = started(isolateArgs(["sh", "-c", `sleep ${marker} & echo "started $SSL_CERT_FILE"; wait`]));
     await run.waitFor(/started \S+\n/);
     // The launch's own folder (the CA bundle copy): run can no longer remove it, the jail does.
     const folder = dirname(dirname(/started (\S+)/.exec(run.out())![1]!));
@@ -219,13 +199,7 @@ print(json.dumps({"prompt": prompt, "echoed": echoed, "done": done, "code": os.w
       driver,
       process.execPath,
       CLI,
-      "run",
-      "--isolate",
-      "--home",
-      f.home,
-      "--config",
-      config,
-      "--",
+      ...isolateArgs([]),
       process.execPath,
       "-e",
       tui,
@@ -242,18 +216,7 @@ print(json.dumps({"prompt": prompt, "echoed": echoed, "done": done, "code": os.w
 
 describe("each launch has its own identity", () => {
   it("two launches at once are attributed apart in the audit log and named by status while they run", async () => {
-    const first = started([
-      "run",
-      "--isolate",
-      "--home",
-      f.home,
-      "--config",
-      config,
-      "--",
-      "sh",
-      "-c",
-      `echo ready; read word; echo "got $word"; ${CURL}`,
-    ]);
+    const first = started(isolateArgs(["sh", "-c", `echo ready; read word; echo "got $word"; ${CURL}`]));
     await first.waitFor(/ready/);
     const status = await f.cli(["status", "--json"]);
     const launches = JSON.parse(status.stdout).launches as { id: string; command: string; client: string }[];
