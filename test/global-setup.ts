@@ -1,9 +1,11 @@
 // Before any test file: the integration tests run the built CLI (dist/), so a source file newer
 // than its build would test old code without a word. Rebuild when any source under the build's
 // folders is newer than its compiled file (or has none); when nothing changed (npm test has
-// just built) this costs a walk over the sources, no compiler run.
+// just built) this costs a walk over the sources, no compiler run. It also gives the run one
+// temporary folder of its own, removed at the end.
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 
 const ROOT = join(import.meta.dirname, "..");
@@ -31,7 +33,25 @@ export function staleSources(): string[] {
   return stale;
 }
 
-export default function setup(): void {
+/**
+ * Every folder the tests make under the system's temporary folder (homes, rule files, fake
+ * upstreams' certificates: several thousand a run) goes under one folder for this run, removed
+ * when the run ends. TMPDIR is set before the workers start, so they, the brokers and the CLI
+ * they spawn all inherit it (os.tmpdir() reads it).
+ */
+function oneTemporaryFolder(): () => void {
+  const run = mkdtempSync(join(tmpdir(), "kb-test-"));
+  process.env.TMPDIR = run;
+  return () => rmSync(run, { recursive: true, force: true, maxRetries: 5 });
+}
+
+export default function setup(): () => void {
+  const teardown = oneTemporaryFolder();
+  rebuildIfStale();
+  return teardown;
+}
+
+function rebuildIfStale(): void {
   const stale = staleSources();
   if (stale.length === 0) return;
   const shown = stale.slice(0, 3).join(", ") + (stale.length > 3 ? `, … (${stale.length})` : "");
