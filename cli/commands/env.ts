@@ -35,8 +35,10 @@ export const env: Command = {
 
 Prints HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, the CA bundle variables
 (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO,
-DENO_CERT, AWS_CA_BUNDLE, PIP_CERT, HTTPLIB2_CA_CERTS; SSL_CERT_DIR, a folder of the same
-certificates under OpenSSL's hashed names), NODE_USE_ENV_PROXY=1 and a placeholder for each active provider. It needs no real
+DENO_CERT, AWS_CA_BUNDLE, PIP_CERT, HTTPLIB2_CA_CERTS, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH,
+NIX_SSL_CERT_FILE, CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE; SSL_CERT_DIR, a folder of the same
+certificates under OpenSSL's hashed names), NODE_USE_ENV_PROXY=1 and a placeholder for each
+active provider. It needs no real
 secret: placeholders derive from the home's key, so it runs in the agent's own shell.
 Providers: every provider the rule file names (even while its credential cannot be resolved),
 and every catalogue provider whose credential resolves. With a broker running, its rules
