@@ -96,7 +96,7 @@ describe("the listener's root", () => {
       expect(await page.title()).toBe("keybroker");
       await page.getByRole("link", { name: "Open the admin page" }).click();
       await page.waitForURL(/\/admin\/login/);
-      const text = await page.locator("body").innerText();
+      const text = (await page.locator("body").textContent()) ?? "";
       answers.push(text);
       expect(text).toContain("keybroker admin");
     } finally {
