@@ -6,6 +6,7 @@ import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker } from "../context.js";
+import { notOnPortError } from "../port-probe.js";
 import { openBrowser } from "./auth-login.js";
 
 const MIN_LENGTH = 10;
@@ -95,11 +96,8 @@ ${COMMON_HELP}`,
     const port = brokerPort(values.port);
     const running = await findRunningBroker(ctx.home, port);
     if (running === undefined) {
-      throw new UserError(
-        port === undefined
-          ? "no keybroker runs for this home: start one with keybroker start"
-          : `no keybroker of this home runs on port ${port}`,
-      );
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
+      throw new UserError("no keybroker runs for this home: start one with keybroker start");
     }
     const { url } = await adminRequest<{ url: string }>(ctx.home, running, "POST", "login-link");
     ctx.out("Open this link in a browser on this machine (it works once, within 10 minutes):");

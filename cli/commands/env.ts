@@ -1,11 +1,11 @@
 import { writeTrustBundle } from "../../certs/bundle.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
-import { UserError } from "../../core/errors.js";
 import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker, localRuntime } from "../context.js";
 import { envWarnings } from "../env-warnings.js";
+import { notOnPortError } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 
 function shellQuote(value: string): string {
@@ -73,12 +73,14 @@ ${COMMON_HELP}`,
     const running = await findRunningBroker(ctx.home, port);
     let vars: Record<string, string>;
     let url = running?.url;
+    let homeCa: string | undefined;
     if (running !== undefined) {
       const view = await brokerAgentView(ctx, running, client, path);
       vars = await buildAgentVariables(ctx, rules, view, running, preload);
     } else {
-      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
       const ca = loadOrCreateCa(ctx.home);
+      homeCa = ca.fingerprint256;
       const view = localAgentView(await localRuntime(ctx, rules), client);
       url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
       vars = await buildAgentVariables(
@@ -90,7 +92,7 @@ ${COMMON_HELP}`,
       );
     }
     ctx.out(formatVariables(vars, format));
-    for (const w of await envWarnings({ url: url!, running: running !== undefined, ...preload })) {
+    for (const w of await envWarnings({ url: url!, running: running !== undefined, homeCa, ...preload })) {
       ctx.err(`keybroker env: warning: ${w}`);
     }
     return 0;

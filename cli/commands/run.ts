@@ -2,7 +2,6 @@ import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import type { AgentView } from "../../admin/agent-view.js";
 import { endLaunch, type StartedLaunch, startLaunch } from "../../admin/launches-api.js";
-import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
 import { processStart } from "../../proxy/process-start.js";
@@ -26,6 +25,7 @@ import { hideSecretsFromEnviron } from "../hide-environ.js";
 import { hiddenPaths } from "../isolate/hidden-paths.js";
 import { commandLine, type LaunchDir, makeLaunchDir, runIsolated } from "../isolate/launch.js";
 import { assertIsolationAvailable, parseAllowConnect } from "../isolate/plan.js";
+import { notOnPortError } from "../port-probe.js";
 import { resolvedSecrets, stripSecrets } from "../strip-secrets.js";
 
 export const run: Command = {
@@ -109,7 +109,7 @@ ${COMMON_HELP}`,
       // What this environment would give the broker: resolved here, to be kept from the command.
       secrets = resolvedSecrets(await localRuntime(ctx, rules));
     } else {
-      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
       tuneV8();
       broker = await Broker.create({
         home: ctx.home,

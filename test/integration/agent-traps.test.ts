@@ -2,6 +2,8 @@
 // toward a broker nobody started or for a Node that ignores the proxy, status on the wrong
 // port, a custom provider's derived variable, a command that does not exist, and an OAuth
 // server on a loopback address.
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { nodeIgnoresProxy } from "../../cli/env-warnings.js";
 import { cli, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
@@ -63,6 +65,59 @@ describe("keybroker env", () => {
       false,
       false,
     ]);
+  });
+});
+
+describe("a keybroker of another home on the port", () => {
+  it("env, status and run --port name it instead of a certificate error or a bare refusal", async () => {
+    const theirs = await startBroker({ home: home(), env: { OPENAI_API_KEY: REAL_OPENAI } });
+    try {
+      const h = home();
+      const config = writeConfig(home(), `version: 1\nlisten: 127.0.0.1:${theirs.port}\n`);
+      const env = await cliAsync(["env", "--home", h, "--config", config, "--node-preload"]);
+      expect(env.status, env.stderr).toBe(0);
+      expect(env.stdout).toContain(`HTTPS_PROXY='http://127.0.0.1:${theirs.port}'`);
+      expect(env.stderr).toBe(
+        `keybroker env: warning: 127.0.0.1:${theirs.port} is served by a keybroker of another home (pid ${theirs.child.pid}): it has another CA and does not know this home's placeholders, so the agent's TLS through it fails with a certificate error: start this home's broker on another port (keybroker start --port N: env then names that one), or use that broker's --home\n`,
+      );
+      const foreign = `no keybroker of this home runs on port ${theirs.port}; port ${theirs.port} is served by a keybroker of another home (pid ${theirs.child.pid}): it has another CA and does not know this home's placeholders; name its home with --home`;
+      const status = await cliAsync(["status", "--home", h, "--port", String(theirs.port)]);
+      expect(status.status).toBe(3);
+      expect(status.stderr).toContain(`keybroker status: ${foreign}\n`);
+      const run = await cliAsync([
+        "run",
+        "--home",
+        h,
+        "--port",
+        String(theirs.port),
+        "--no-isolate",
+        "--",
+        "true",
+      ]);
+      expect(run.status).toBe(1);
+      expect(run.stderr).toContain(foreign);
+      // The broker's own home sees its broker there, and env says nothing.
+      const own = await cliAsync(["env", "--home", theirs.home, "--node-preload"]);
+      expect(own.stderr).toBe("");
+    } finally {
+      await theirs.stop();
+    }
+  });
+
+  it("env names a program that is not keybroker holding the port", async () => {
+    const server = createServer((_req, res) => res.end("<html>hello</html>"));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const config = writeConfig(home(), `version: 1\nlisten: 127.0.0.1:${port}\n`);
+      const r = await cliAsync(["env", "--home", home(), "--config", config, "--node-preload"]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).toBe(
+        `keybroker env: warning: 127.0.0.1:${port} is held by a program that is not keybroker: start keybroker on another port (keybroker start --port N, or listen: in the rule file): env then names that one\n`,
+      );
+    } finally {
+      server.close();
+    }
   });
 });
 
