@@ -4,11 +4,12 @@
 // server on a loopback address.
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { nodeIgnoresProxy } from "../../cli/env-warnings.js";
-import { cli, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
+import { cli, cliAsync, findSecrets, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
 import { freePort } from "../helpers/cli-session.js";
-import { ALL_REAL, REAL_OPENAI } from "../helpers/fixture.js";
+import { ALL_REAL, REAL_ANTHROPIC, REAL_OPENAI } from "../helpers/fixture.js";
 
 const { home } = scannedHomes(ALL_REAL);
 
@@ -163,6 +164,84 @@ describe("keybroker check", () => {
 });
 
 describe("keybroker run", () => {
+  it("says which variables hold each placeholder, and warns of a provider without a credential and a removed key no placeholder replaces", async () => {
+    const h = home();
+    const config = writeConfig(
+      home(),
+      [
+        "version: 1",
+        "providers:",
+        "  my-llm: { hosts: [llm.example.com], credentials: [MY_KEY] }",
+        "  keyless: { hosts: [k.example.com], credentials: [KEYLESS_KEY], placeholder: { env: KEYLESS_API_KEY } }",
+        "",
+      ].join("\n"),
+    );
+    const env = { MY_KEY: REAL_OPENAI, OPENAI_API_KEY: REAL_ANTHROPIC };
+    const show = `console.log(JSON.stringify(["MY_KEY", "MY_LLM_API_KEY", "KEYLESS_API_KEY", "OPENAI_API_KEY", "NIX_SSL_CERT_FILE"].map((n) => process.env[n] ?? null)))`;
+    const run = (extra: string[] = []) =>
+      cliAsync(
+        [
+          "run",
+          "--home",
+          h,
+          "--config",
+          config,
+          "--no-isolate",
+          ...extra,
+          "--",
+          process.execPath,
+          "-e",
+          show,
+        ],
+        {
+          env,
+        },
+      );
+    const warnings = [
+      "keybroker run: warning: MY_KEY held my-llm's key and was removed; no placeholder takes its place (it has one in MY_LLM_API_KEY): a command that reads MY_KEY finds it unset; add MY_KEY to my-llm's placeholder: { env: [...] } in the rule file",
+      "keybroker run: warning: the broker has no credential for keyless: the command's requests to it get 503 credential_unavailable; set KEYLESS_KEY where the broker reads it (keybroker check says where it looked)",
+    ];
+    const alone = await run();
+    expect(alone.status, alone.stderr).toBe(0);
+    const [myKey, myLlm, keyless, openai, nix] = JSON.parse(alone.stdout) as (string | null)[];
+    expect(myKey).toBeNull();
+    expect(myLlm).toMatch(/kbph-/);
+    expect(keyless).toMatch(/kbph-/);
+    expect(openai).toMatch(/^sk-kb-kbph-/);
+    expect(nix).toBe(join(h, "ca", "bundle.pem"));
+    expect(alone.stderr).toMatch(
+      /keybroker run: no broker runs for this home: one of run's own serves the command on http:\/\/127\.0\.0\.1:\d+ until it exits\n/,
+    );
+    for (const line of [
+      "keybroker run: my-llm: placeholder in MY_LLM_API_KEY",
+      "keybroker run: keyless: placeholder in KEYLESS_API_KEY",
+      "keybroker run: openai: placeholder in OPENAI_API_KEY, CODEX_API_KEY",
+      ...warnings,
+    ]) {
+      expect(alone.stderr).toContain(`${line}\n`);
+    }
+
+    // From a running broker's rules (its admin API) the same, and --quiet keeps only the warnings.
+    const broker = await startBroker({ home: h, config, env });
+    try {
+      const served = await run(["--quiet"]);
+      expect(served.status, served.stderr).toBe(0);
+      expect(served.stderr).toBe(`${warnings.join("\n")}\n`);
+      const loud = await run();
+      expect(loud.stderr).toContain("keybroker run: openai: placeholder in OPENAI_API_KEY, CODEX_API_KEY\n");
+      expect(loud.stderr).not.toContain("no broker runs");
+      expect(
+        findSecrets(
+          [REAL_OPENAI, REAL_ANTHROPIC],
+          [],
+          [alone.stderr, alone.stdout, served.stderr, loud.stderr],
+        ),
+      ).toEqual([]);
+    } finally {
+      await broker.stop();
+    }
+  });
+
   it("says a command that does not exist is not found, and exits 127 as a shell does", () => {
     const r = cli(["run", "--home", home(), "--", "nosuchcmd-kb-test", "--flag"], {
       env: { OPENAI_API_KEY: REAL_OPENAI },
