@@ -6,6 +6,7 @@ import { openSharedState } from "../../state/shared-state.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { warnNotBrokersRules } from "../config-flag.js";
 import { brokerPort, type Context, createContext, findRunningBroker } from "../context.js";
 import { notOnPortError } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
@@ -121,6 +122,7 @@ ${COMMON_HELP}`,
     if (running === undefined && port !== undefined) throw await notOnPortError(ctx.home, port);
     let cleared: string[];
     if (running !== undefined) {
+      warnNotBrokersRules(ctx, "auth reset", values.config, running);
       cleared = (
         await adminRequest<{ cleared: string[] }>(ctx.home, running, "POST", "reset", {
           provider,

@@ -10,6 +10,7 @@ import { readLogins } from "../../state/tokens/home.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
+import { warnNotBrokersRules } from "../config-flag.js";
 import {
   brokerPort,
   type Context,
@@ -50,6 +51,7 @@ ${COMMON_HELP}`,
     // `--port` names the wrong one: say who answers there and where this home's brokers are.
     if (running.length === 0 && port !== undefined)
       ctx.err(`keybroker status: ${await notOnPort(ctx.home, port, all)}`);
+    for (const b of running) warnNotBrokersRules(ctx, "status", values.config, b);
     const reports =
       running.length > 0
         ? await Promise.all(running.map((b) => adminRequest<StatusReport>(ctx.home, b, "GET", "status")))
