@@ -2,12 +2,21 @@
 // toward a broker nobody started or for a Node that ignores the proxy, status on the wrong
 // port, a custom provider's derived variable, a command that does not exist, and an OAuth
 // server on a loopback address.
+import { writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { nodeIgnoresProxy } from "../../cli/env-warnings.js";
-import { cli, cliAsync, findSecrets, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
+import {
+  cli,
+  cliAsync,
+  findSecrets,
+  scannedHomes,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
 import { freePort } from "../helpers/cli-session.js";
 import { ALL_REAL, REAL_ANTHROPIC, REAL_OPENAI } from "../helpers/fixture.js";
 
@@ -140,6 +149,51 @@ describe("keybroker status --port", () => {
 });
 
 describe("keybroker check", () => {
+  it("run in another folder than the broker's, checks the broker's rule file, says why, and counts the key it holds", async () => {
+    const h = home();
+    // The user's project folder holds the key in its .env: not scanned, it is where the key lives.
+    const project = tempHome();
+    const elsewhere = home();
+    const config = writeConfig(
+      project,
+      "version: 1\nproviders:\n  openai: { credentials: [OPENAI_API_KEY] }\n",
+    );
+    writeFileSync(join(project, ".env"), `OPENAI_API_KEY=${REAL_OPENAI}\n`, { mode: 0o600 });
+    // Started in the project folder, as `npm start` there: the key comes from its ./.env.
+    const broker = await startBroker({ home: h, cwd: project, args: ["--config", "keybroker.yaml"] });
+    try {
+      const r = await cliAsync(["check", "--home", h], { cwd: elsewhere });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toContain(`rules: ${config} (valid)\n`);
+      expect(r.stdout).toContain(
+        `  read because: the running broker's (pid ${broker.child.pid}, port ${broker.port}): no --config, $KEYBROKER_CONFIG or ./keybroker.yaml in ${elsewhere}\n`,
+      );
+      expect(r.stdout).toContain(
+        `  the running broker (pid ${broker.child.pid}) holds a credential for openai: it read it from its own environment or folder, which this shell does not see\n`,
+      );
+      expect(r.stderr).not.toContain("problem:");
+      // In the project folder its own file is read, and found there.
+      const there = await cliAsync(["check", "--home", h], { cwd: project });
+      expect(there.status, there.stderr).toBe(0);
+      expect(there.stdout).toContain("  read because: ./keybroker.yaml in this folder\n");
+      expect(there.stdout).toContain("openai: active");
+      // Named by --config, the file is read and a key missing here is a problem: nothing hides it.
+      const other = writeConfig(home(), "version: 1\nproviders:\n  openai: { credentials: [OTHER_KEY] }\n");
+      const named = await cliAsync(["check", "--home", h, "--config", other], { cwd: elsewhere });
+      expect(named.status).toBe(1);
+      expect(named.stdout).toContain("  read because: named by --config\n");
+      expect(named.stderr).toContain(
+        `warning: the running broker (pid ${broker.child.pid}, port ${broker.port}) runs ${config}, not these rules`,
+      );
+      expect(named.stderr).toContain('problem: provider "openai"');
+      expect(
+        findSecrets([REAL_OPENAI], [], [r.stdout, r.stderr, there.stdout, named.stdout, named.stderr]),
+      ).toEqual([]);
+    } finally {
+      await broker.stop();
+    }
+  });
+
   it("says which variable a custom provider without placeholder.env gets", () => {
     const config = writeConfig(
       home(),

@@ -39,7 +39,16 @@ async function runAgent(major: string, extra: string[] = []) {
   const own = ["--home", f.home, "--config", join(f.dir, "keybroker.yaml")];
   // --no-isolate and --quiet: nothing on stderr, not even run's notice that the agent is not
   // isolated, nor its lines naming each provider's placeholder.
-  const r = await cliAsync(["run", "--no-isolate", "--quiet", ...own, ...extra, "--", binaries[major]!, AGENT]);
+  const r = await cliAsync([
+    "run",
+    "--no-isolate",
+    "--quiet",
+    ...own,
+    ...extra,
+    "--",
+    binaries[major]!,
+    AGENT,
+  ]);
   const received = f.upstream.received.slice(before);
   expect(r.stdout).not.toContain(REAL_OPENAI);
   expect(r.stderr).not.toContain(REAL_OPENAI);
