@@ -36,11 +36,11 @@ export const run: Command = {
 
 Runs COMMAND with the proxy variables, the CA bundle variables and a placeholder for each
 active provider set (as keybroker env prints them), and names on stderr, a line per provider,
-the variables that hold its placeholder; it warns of a provider the broker has no credential for
-and of a key variable it removed that no placeholder replaces. Every variable a real secret is read from
-is removed from its environment, and so is any other variable whose value contains a real
-secret keybroker resolved (plain, base64, URL-encoded or JSON-escaped, whatever its name):
-those are named on stderr. Uses the broker running for the home, and its rules, when there is
+the variables that hold its placeholder; it warns of a provider the broker has no credential
+for and of a key variable it removed that no placeholder replaces. Every variable a real secret
+is read from is removed from its environment, and so is any other variable whose value
+contains a real secret keybroker resolved (plain, base64, URL-encoded or JSON-escaped,
+whatever its name): those are named on stderr. Uses the broker running for the home, and its rules, when there is
 one; otherwise starts one for the command's lifetime on a free port. Exits with the command's
 exit code. No KEYBROKER_* variable reaches the command.
 
