@@ -2,6 +2,7 @@
 // placeholder for, those placeholders, and the names of the variables that hold real secrets.
 // The running broker answers it from its admin API; `env` and `run` build the same from the
 // rule file when no broker runs, so the set is the same either way.
+import { parseRef } from "../rules/credential-ref.js";
 import { secretVariableNames } from "../rules/secret-variables.js";
 import type { RulesInForce } from "./rules-in-force.js";
 
@@ -17,6 +18,18 @@ export interface AgentView {
   readonly placeholders: Readonly<Record<string, string>>;
   /** Variables these rules read a real secret from: `run` removes them. */
   readonly secretVariables: readonly string[];
+  /** What `run` tells the user of each provider (decision 143); absent from an older broker. */
+  readonly details?: readonly ProviderDetail[];
+}
+
+export interface ProviderDetail {
+  readonly id: string;
+  /** The variables that hold its placeholder. */
+  readonly variables: readonly string[];
+  /** False when the rules name it but no credential of it resolved (503 credential_unavailable). */
+  readonly credential: boolean;
+  /** The environment variables its key is read from. */
+  readonly keyVariables: readonly string[];
 }
 
 /**
@@ -34,10 +47,16 @@ export function agentView(rt: RulesInForce, client: string): AgentView | undefin
   if (state === undefined) return undefined;
   const providers = agentProviders(rt).filter((id) => rt.clientAllows(state, id));
   const placeholders: Record<string, string> = {};
+  const details: ProviderDetail[] = [];
   for (const id of providers) {
-    const rule = rt.providers.get(id)!.rule;
+    const { rule, active } = rt.providers.get(id)!;
     const value = rt.placeholders.get(client, id)!;
     for (const name of rule.placeholder.env) placeholders[name] = value;
+    const keyVariables = [...rule.credentials, ...rule.credentialAliases]
+      .map(parseRef)
+      .filter((r) => r.source === undefined || r.source === "env")
+      .map((r) => r.key);
+    details.push({ id, variables: rule.placeholder.env, credential: active, keyVariables });
   }
   return {
     client,
@@ -46,5 +65,6 @@ export function agentView(rt: RulesInForce, client: string): AgentView | undefin
     providers,
     placeholders,
     secretVariables: [...secretVariableNames(rt.rules)],
+    details,
   };
 }

@@ -57,6 +57,10 @@ export function agentVariables(input: AgentEnvInput): Record<string, string> {
     AWS_CA_BUNDLE: input.bundle,
     PIP_CERT: input.bundle,
     HTTPLIB2_CA_CERTS: input.bundle,
+    // gRPC's C core (Python grpcio, Ruby, PHP), Nix-built programs, gcloud.
+    GRPC_DEFAULT_SSL_ROOTS_FILE_PATH: input.bundle,
+    NIX_SSL_CERT_FILE: input.bundle,
+    CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE: input.bundle,
     SSL_CERT_DIR: bundleDirFor(input.bundle),
     NODE_USE_ENV_PROXY: "1",
     ...(input.nodePreload === undefined

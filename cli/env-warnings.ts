@@ -1,16 +1,7 @@
-// Traps `keybroker env` warns about on stderr (decision 124): the variables it prints point at
-// a broker nobody started, or at a Node whose fetch ignores the proxy variables.
-
-/** True when a keybroker answers its health check at `url`. */
-export async function brokerAnswers(url: string): Promise<boolean> {
-  try {
-    const res = await fetch(`${url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
-    const body = (await res.json()) as { ok?: boolean };
-    return body.ok === true;
-  } catch {
-    return false;
-  }
-}
+// Traps `keybroker env` warns about on stderr (decisions 124, 143): the variables it prints point
+// at a broker nobody started, at another home's broker or another program, or at a Node whose
+// fetch ignores the proxy variables.
+import { foreignBroker, isForeign, probePort } from "./port-probe.js";
 
 /**
  * Node before 22.21 ignores HTTPS_PROXY in global fetch (NODE_USE_ENV_PROXY came with 22.21 and
@@ -25,14 +16,28 @@ export function nodeIgnoresProxy(version: string = process.versions.node): boole
 export async function envWarnings(opts: {
   url: string;
   running: boolean;
+  /** The home's CA fingerprint: a keybroker with another one is another home's. */
+  homeCa: string | undefined;
   nodePreload: boolean;
   nodeVersion?: string;
 }): Promise<string[]> {
   const out: string[] = [];
-  if (!opts.running && !(await brokerAnswers(opts.url))) {
-    out.push(
-      `no broker is running on ${new URL(opts.url).host}: start one with \`keybroker start\` (or use \`keybroker run\`)`,
-    );
+  if (!opts.running) {
+    const where = new URL(opts.url).host;
+    const answer = await probePort(opts.url);
+    if (answer.kind === "nothing") {
+      out.push(
+        `no broker is running on ${where}: start one with \`keybroker start\` (or use \`keybroker run\`)`,
+      );
+    } else if (answer.kind === "other") {
+      out.push(
+        `${where} is held by a program that is not keybroker: start keybroker on another port (keybroker start --port N, or listen: in the rule file): env then names that one`,
+      );
+    } else if (isForeign(answer, opts.homeCa)) {
+      out.push(
+        `${foreignBroker(where, answer)}, so the agent's TLS through it fails with a certificate error: start this home's broker on another port (keybroker start --port N: env then names that one), or use that broker's --home`,
+      );
+    }
   }
   const version = opts.nodeVersion ?? process.versions.node;
   if (!opts.nodePreload && nodeIgnoresProxy(version)) {

@@ -203,6 +203,7 @@ export class Broker implements AdminHost {
       launches: this.launches,
       log: opts.log,
       minter: this.#minter,
+      caFingerprint: ca.fingerprint256,
       metrics: this.metrics,
       audit: (entry) => this.audit(entry),
       adminPage: this.#adminPage,

@@ -5,7 +5,9 @@ import { UserError } from "../../core/errors.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { refuseConfig, warnNotBrokersRules } from "../config-flag.js";
 import { brokerPort, createContext, findRunningBroker } from "../context.js";
+import { notOnPortError } from "../port-probe.js";
 import { openBrowser } from "./auth-login.js";
 
 const MIN_LENGTH = 10;
@@ -73,6 +75,7 @@ ${COMMON_HELP}`,
     if (extra.length > 0) throw new UsageError(`unexpected arguments: ${extra.join(" ")}`);
     const ctx = createContext(values);
     if (action === "password") {
+      refuseConfig(values.config, "admin password", "the password is the home's, whatever the rules");
       const tty = process.stdin.isTTY === true;
       let password: string;
       if (tty) {
@@ -95,12 +98,10 @@ ${COMMON_HELP}`,
     const port = brokerPort(values.port);
     const running = await findRunningBroker(ctx.home, port);
     if (running === undefined) {
-      throw new UserError(
-        port === undefined
-          ? "no keybroker runs for this home: start one with keybroker start"
-          : `no keybroker of this home runs on port ${port}`,
-      );
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
+      throw new UserError("no keybroker runs for this home: start one with keybroker start");
     }
+    warnNotBrokersRules(ctx, "admin", values.config, running);
     const { url } = await adminRequest<{ url: string }>(ctx.home, running, "POST", "login-link");
     ctx.out("Open this link in a browser on this machine (it works once, within 10 minutes):");
     ctx.out(url);

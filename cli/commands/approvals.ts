@@ -6,6 +6,7 @@ import type { ApprovalView } from "../../state/approvals/store.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { warnNotBrokersRules } from "../config-flag.js";
 import {
   brokerPort,
   type Context,
@@ -16,7 +17,12 @@ import {
 
 const PORT_HELP = `  --port N         the broker on this port, when several run for the home`;
 
-async function running(ctx: Context, portFlag: string | undefined): Promise<RunningBroker> {
+async function running(
+  ctx: Context,
+  portFlag: string | undefined,
+  config: string | undefined,
+  command: string,
+): Promise<RunningBroker> {
   const port = brokerPort(portFlag);
   const broker = await findRunningBroker(ctx.home, port);
   if (broker === undefined) {
@@ -24,6 +30,7 @@ async function running(ctx: Context, portFlag: string | undefined): Promise<Runn
       `no keybroker is running for ${ctx.home}${port === undefined ? "" : ` on port ${port}`}: requests wait for approval only in a running broker (keybroker start; --home names another home)`,
     );
   }
+  warnNotBrokersRules(ctx, command, config, broker);
   return broker;
 }
 
@@ -64,7 +71,7 @@ ${COMMON_HELP}`,
   async run(argv) {
     const { values } = parse(argv, { json: { type: "boolean" }, port: { type: "string" } });
     const ctx = createContext(values);
-    const broker = await running(ctx, values.port);
+    const broker = await running(ctx, values.port, values.config, "approvals");
     const { approvals: list, degradedSince } = await adminRequest<{
       approvals: ApprovalView[];
       degradedSince?: string;
@@ -91,13 +98,13 @@ ${COMMON_HELP}`,
 
 /** Sends approve or deny for `id` to the running broker; the answered request comes back. */
 async function answer(
-  values: { home?: string | undefined; port?: string | undefined },
+  values: { home?: string | undefined; config?: string | undefined; port?: string | undefined },
   id: string,
   verb: "approve" | "deny",
   body: Record<string, string>,
 ): Promise<{ ctx: Context; approval: ApprovalView }> {
   const ctx = createContext(values);
-  const broker = await running(ctx, values.port);
+  const broker = await running(ctx, values.port, values.config, verb);
   const { approval } = await adminRequest<{ approval: ApprovalView }>(
     ctx.home,
     broker,

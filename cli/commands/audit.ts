@@ -4,6 +4,7 @@ import { AuditFollower, formatAuditLine, lastAuditLines } from "../../audit/audi
 import { verifyAudit } from "../../audit/audit-verify.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { refuseConfig } from "../config-flag.js";
 import { type Context, createContext } from "../context.js";
 
 const DEFAULT_LINES = 10;
@@ -54,6 +55,7 @@ ${COMMON_HELP}`,
     const [action, ...extra] = positionals;
     if (action === undefined) throw new UsageError("say which: audit verify, or audit tail");
     if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+    refuseConfig(values.config, "audit", "the audit log is the home's (<home>/audit/), whatever the rules");
     const ctx = createContext(values);
     if (action === "verify") {
       for (const flag of ["follow", "lines", "security"] as const) {

@@ -6,7 +6,9 @@ import { openSharedState } from "../../state/shared-state.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { warnNotBrokersRules } from "../config-flag.js";
 import { brokerPort, type Context, createContext, findRunningBroker } from "../context.js";
+import { notOnPortError } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 import { openTokenStore, sharedStateOptions } from "../token-store.js";
 import { addLogin, removeLogin } from "./auth-login.js";
@@ -117,10 +119,10 @@ ${COMMON_HELP}`,
     }
     const port = brokerPort(values.port);
     const running = await findRunningBroker(ctx.home, port);
-    if (running === undefined && port !== undefined)
-      throw new UserError(`no keybroker of this home runs on port ${port}`);
+    if (running === undefined && port !== undefined) throw await notOnPortError(ctx.home, port);
     let cleared: string[];
     if (running !== undefined) {
+      warnNotBrokersRules(ctx, "auth reset", values.config, running);
       cleared = (
         await adminRequest<{ cleared: string[] }>(ctx.home, running, "POST", "reset", {
           provider,

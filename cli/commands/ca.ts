@@ -2,6 +2,7 @@ import { writeTrustBundle } from "../../certs/bundle.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { refuseConfig } from "../config-flag.js";
 import { createContext } from "../context.js";
 
 export const ca: Command = {
@@ -22,6 +23,7 @@ ${COMMON_HELP}`,
     if (positionals.length !== 1 || !["path", "export", "bundle"].includes(action ?? "")) {
       throw new UsageError("expected one of: keybroker ca path | export | bundle");
     }
+    refuseConfig(values.config, "ca", "the CA and its bundle are the home's, whatever the rules");
     const ctx = createContext(values);
     const authority = loadOrCreateCa(ctx.home);
     if (action === "path") ctx.out(authority.certPath);

@@ -19,6 +19,7 @@ import { createSecretResolver, dotenvCandidates, type SourceContext } from "../.
 import { readLogins } from "../../state/tokens/home.js";
 import { describeLogin, type LoginSummary } from "../../state/tokens/login.js";
 import { COMMON_HELP, parse } from "../args.js";
+import { brokerCredentials, type CheckSource, checkSource } from "../check-source.js";
 import type { Command } from "../command.js";
 import { createContext } from "../context.js";
 import { exposureLines, findExposure } from "../exposure.js";
@@ -62,8 +63,10 @@ ${COMMON_HELP}`,
       return report.items.some((i) => i.exposed) ? 1 : 0;
     }
     let rules: Rules;
+    let source: CheckSource | undefined;
     try {
-      rules = readRules(ctx, values.config).rules;
+      source = await checkSource(ctx, values.config);
+      rules = readRules(ctx, source.path).rules;
     } catch (err) {
       if (!json || !(err instanceof UserError)) throw err;
       const cause = err.cause instanceof RuleFileError ? err.cause : undefined;
@@ -75,10 +78,20 @@ ${COMMON_HELP}`,
       ctx.out(JSON.stringify(report, null, 2));
       return 1;
     }
-    const report = emptyReport(rules.origin);
+    const report: CheckReport = { ...emptyReport(rules.origin), rulesFrom: source.why };
     const out = json ? () => {} : ctx.out;
     out(`rules: ${rules.origin} (valid)`);
-    const warnings: string[] = [];
+    out(`  read because: ${source.why}`);
+    const broker = source.broker;
+    const held = await brokerCredentials(ctx, broker, rules.origin);
+    if (broker !== undefined && broker.rules !== rules.origin) {
+      report.warnings.push(
+        `the running broker (pid ${broker.pid}, port ${broker.port}) runs ${broker.rules}, not these rules: until it reloads them (SIGHUP, or restart it on this file) agents get its rules`,
+      );
+    }
+    const heldNote = (id: string) =>
+      `  the running broker (pid ${broker?.pid}) holds a credential for ${id}: it read it from its own environment or folder, which this shell does not see`;
+    const warnings = report.warnings;
     const sourceCtx: SourceContext = {
       env: ctx.env,
       home: ctx.home,
@@ -92,12 +105,24 @@ ${COMMON_HELP}`,
     const problems: string[] = [];
     let active = 0;
     for (const p of rt.providers.values()) {
-      if (!p.active && p.rule.fromCatalogue) continue;
+      if (!p.active && p.rule.fromCatalogue) {
+        if (!held.has(p.rule.id)) continue;
+        out(`${p.rule.id}: no key here`);
+        out(heldNote(p.rule.id));
+        active++;
+        continue;
+      }
       const note = defaultPlaceholderNote(p.rule);
       if (note !== undefined) warnings.push(note);
       const one = await reportProvider(p, rules, resolver, out, ctx.home);
       // An OAuth provider before its first login is set up, not broken (decision 98).
       if (one.usable || one.json.state === "oauth_no_login") active++;
+      else if (held.has(p.rule.id)) {
+        out(heldNote(p.rule.id));
+        active++;
+        report.providers.push({ ...one.json, heldByBroker: true });
+        continue;
+      }
       problems.push(...one.problems);
       report.providers.push(one.json);
     }
@@ -114,7 +139,7 @@ ${COMMON_HELP}`,
       out(`state: ${rules.state.url}`);
     }
     const inactive = [...rt.providers.values()]
-      .filter((p) => !p.active && p.rule.fromCatalogue)
+      .filter((p) => !p.active && p.rule.fromCatalogue && !held.has(p.rule.id))
       .map((p) => p.rule.id);
     if (inactive.length > 0) out(`catalogue providers without a key (inactive): ${inactive.join(", ")}`);
     if (active === 0 && problems.length === 0) {
@@ -123,7 +148,7 @@ ${COMMON_HELP}`,
       );
     }
     if (json) {
-      Object.assign(report, { inactive, warnings, problems });
+      Object.assign(report, { inactive, problems });
       // Messages come from sources (a command's stderr, a server's answer): scrubbed like logs.
       ctx.out(knownSecrets.scrub(JSON.stringify(report, null, 2)));
     } else {
@@ -150,6 +175,8 @@ function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
 /** What `check --json` prints. */
 interface CheckReport {
   rules: string | undefined;
+  /** Why check read that rule file (decision 144). */
+  rulesFrom?: string;
   valid: boolean;
   lookupChain: string[];
   providers: ProviderJson[];
@@ -171,6 +198,8 @@ interface ProviderJson {
   readonly credentials: readonly CredentialJson[];
   /** OAuth providers: each login's id, state and expiry, never a token. */
   readonly logins?: readonly LoginSummary[];
+  /** No credential here, but the running broker holds one (decision 144). */
+  readonly heldByBroker?: boolean;
 }
 
 interface CredentialJson {

@@ -1,11 +1,11 @@
 import { writeTrustBundle } from "../../certs/bundle.js";
 import { loadOrCreateCa } from "../../certs/ca.js";
-import { UserError } from "../../core/errors.js";
 import { brokerAgentView, buildAgentVariables, localAgentView } from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import { brokerPort, createContext, findRunningBroker, localRuntime } from "../context.js";
 import { envWarnings } from "../env-warnings.js";
+import { notOnPortError } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 
 function shellQuote(value: string): string {
@@ -35,8 +35,10 @@ export const env: Command = {
 
 Prints HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, the CA bundle variables
 (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO,
-DENO_CERT, AWS_CA_BUNDLE, PIP_CERT, HTTPLIB2_CA_CERTS; SSL_CERT_DIR, a folder of the same
-certificates under OpenSSL's hashed names), NODE_USE_ENV_PROXY=1 and a placeholder for each active provider. It needs no real
+DENO_CERT, AWS_CA_BUNDLE, PIP_CERT, HTTPLIB2_CA_CERTS, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH,
+NIX_SSL_CERT_FILE, CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE; SSL_CERT_DIR, a folder of the same
+certificates under OpenSSL's hashed names), NODE_USE_ENV_PROXY=1 and a placeholder for each
+active provider. It needs no real
 secret: placeholders derive from the home's key, so it runs in the agent's own shell.
 Providers: every provider the rule file names (even while its credential cannot be resolved),
 and every catalogue provider whose credential resolves. With a broker running, its rules
@@ -71,12 +73,14 @@ ${COMMON_HELP}`,
     const running = await findRunningBroker(ctx.home, port);
     let vars: Record<string, string>;
     let url = running?.url;
+    let homeCa: string | undefined;
     if (running !== undefined) {
       const view = await brokerAgentView(ctx, running, client, path);
       vars = await buildAgentVariables(ctx, rules, view, running, preload);
     } else {
-      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
       const ca = loadOrCreateCa(ctx.home);
+      homeCa = ca.fingerprint256;
       const view = localAgentView(await localRuntime(ctx, rules), client);
       url = `http://${rules.listen.host.includes(":") ? `[${rules.listen.host}]` : rules.listen.host}:${rules.listen.port}`;
       vars = await buildAgentVariables(
@@ -88,7 +92,7 @@ ${COMMON_HELP}`,
       );
     }
     ctx.out(formatVariables(vars, format));
-    for (const w of await envWarnings({ url: url!, running: running !== undefined, ...preload })) {
+    for (const w of await envWarnings({ url: url!, running: running !== undefined, homeCa, ...preload })) {
       ctx.err(`keybroker env: warning: ${w}`);
     }
     return 0;

@@ -6,6 +6,7 @@ import { ensurePrivateDir, writeFileAtomic } from "../../core/fs.js";
 import { homeKey } from "../../core/home.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
+import { refuseConfig } from "../config-flag.js";
 import { createContext } from "../context.js";
 
 export const STARTER_RULES = `# keybroker rule file (see the README, "Rule file").
@@ -40,6 +41,11 @@ and $KEYBROKER_HOME/keybroker.yaml unless one exists. Prints the next steps.
 ${COMMON_HELP}`,
   async run(argv) {
     const { values } = parse(argv, {});
+    refuseConfig(
+      values.config,
+      "init",
+      "it writes its starter rule file to the home (<home>/keybroker.yaml, which the other commands find); copy it elsewhere and name that with --config",
+    );
     const ctx = createContext(values);
     ensurePrivateDir(ctx.home);
     const authority = loadOrCreateCa(ctx.home);

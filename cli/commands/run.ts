@@ -2,7 +2,6 @@ import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import type { AgentView } from "../../admin/agent-view.js";
 import { endLaunch, type StartedLaunch, startLaunch } from "../../admin/launches-api.js";
-import { UserError } from "../../core/errors.js";
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
 import { processStart } from "../../proxy/process-start.js";
@@ -26,18 +25,22 @@ import { hideSecretsFromEnviron } from "../hide-environ.js";
 import { hiddenPaths } from "../isolate/hidden-paths.js";
 import { commandLine, type LaunchDir, makeLaunchDir, runIsolated } from "../isolate/launch.js";
 import { assertIsolationAvailable, parseAllowConnect } from "../isolate/plan.js";
+import { notOnPortError } from "../port-probe.js";
+import { runReport } from "../run-report.js";
 import { resolvedSecrets, stripSecrets } from "../strip-secrets.js";
 
 export const run: Command = {
   name: "run",
-  help: `Usage: keybroker run [--client NAME] [--port N] [--isolate [--allow-connect HOST:PORT]...]
+  help: `Usage: keybroker run [--client NAME] [--port N] [--quiet] [--isolate [--allow-connect HOST:PORT]...]
                      [--config FILE] [--home DIR] -- COMMAND [ARGS...]
 
 Runs COMMAND with the proxy variables, the CA bundle variables and a placeholder for each
-active provider set (as keybroker env prints them). Every variable a real secret is read from
-is removed from its environment, and so is any other variable whose value contains a real
-secret keybroker resolved (plain, base64, URL-encoded or JSON-escaped, whatever its name):
-those are named on stderr. Uses the broker running for the home, and its rules, when there is
+active provider set (as keybroker env prints them), and names on stderr, a line per provider,
+the variables that hold its placeholder; it warns of a provider the broker has no credential
+for and of a key variable it removed that no placeholder replaces. Every variable a real secret
+is read from is removed from its environment, and so is any other variable whose value
+contains a real secret keybroker resolved (plain, base64, URL-encoded or JSON-escaped,
+whatever its name): those are named on stderr. Uses the broker running for the home, and its rules, when there is
 one; otherwise starts one for the command's lifetime on a free port. Exits with the command's
 exit code. No KEYBROKER_* variable reaches the command.
 
@@ -61,6 +64,8 @@ know.
                    address that relays to it, so "git clone git@github.com:o/r" works unchanged
                    with --allow-connect github.com:22. Repeatable.
   --no-isolate     run without isolation, and without the notice that says so
+  --quiet          leave out the lines that name each provider's placeholder variables (and
+                   the broker run started); warnings stay
   --client NAME    the client to run as (default: default)
   --port N         the broker on this port, when several run for the home
   --no-node-preload
@@ -78,6 +83,7 @@ ${COMMON_HELP}`,
       client: { type: "string" },
       port: { type: "string" },
       "no-node-preload": { type: "boolean" },
+      quiet: { type: "boolean" },
       isolate: { type: "boolean" },
       "no-isolate": { type: "boolean" },
       "allow-connect": { type: "string", multiple: true },
@@ -109,7 +115,7 @@ ${COMMON_HELP}`,
       // What this environment would give the broker: resolved here, to be kept from the command.
       secrets = resolvedSecrets(await localRuntime(ctx, rules));
     } else {
-      if (port !== undefined) throw new UserError(`no keybroker of this home runs on port ${port}`);
+      if (port !== undefined) throw await notOnPortError(ctx.home, port);
       tuneV8();
       broker = await Broker.create({
         home: ctx.home,
@@ -138,6 +144,9 @@ ${COMMON_HELP}`,
         `keybroker run: removed from the command's environment, as they hold a real secret: ${copies.join(", ")}`,
       );
     }
+    const report = runReport(view, ctx.env, broker?.address.url);
+    if (values.quiet !== true) for (const line of report.lines) ctx.err(`keybroker run: ${line}`);
+    for (const w of report.warnings) ctx.err(`keybroker run: warning: ${w}`);
     // keybroker's own settings (the home, the rule file) are not the agent's business.
     for (const name of Object.keys(env)) if (name.startsWith("KEYBROKER_")) delete env[name];
 

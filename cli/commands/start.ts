@@ -85,7 +85,9 @@ ${COMMON_HELP}`,
       throw new UserError(`cannot listen on ${where}: ${code ?? (err as Error).message}`);
     }
     settleHeap();
-    ctx.out(`keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath}`);
+    ctx.out(
+      `keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath} · admin page: keybroker admin`,
+    );
     for (const p of broker.runtime.providers.values()) {
       if (kindOf(p.rule).poolOfLogins) {
         // Active with no credential at all: its logins live in the token store (SPEC §8).

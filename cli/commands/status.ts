@@ -10,6 +10,7 @@ import { readLogins } from "../../state/tokens/home.js";
 import { adminRequest } from "../admin-client.js";
 import { COMMON_HELP, parse } from "../args.js";
 import type { Command } from "../command.js";
+import { warnNotBrokersRules } from "../config-flag.js";
 import {
   brokerPort,
   type Context,
@@ -18,6 +19,7 @@ import {
   localResolver,
   type RunningBroker,
 } from "../context.js";
+import { notOnPort } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 
 /** `status` when no broker of the home runs (SPEC §10). */
@@ -46,14 +48,10 @@ ${COMMON_HELP}`,
     const ctx = createContext(values);
     const all = await findRunningBrokers(ctx.home);
     const running = all.filter((b) => port === undefined || b.port === port);
-    if (running.length === 0 && all.length > 0) {
-      // `--port` names the wrong one: say where this home's brokers are.
-      ctx.err(
-        `keybroker status: no keybroker of this home runs on port ${port}; ${all.length === 1 ? "one runs" : "they run"} on ${all
-          .map((b) => `port ${b.port} (keybroker status --port ${b.port})`)
-          .join(", ")}`,
-      );
-    }
+    // `--port` names the wrong one: say who answers there and where this home's brokers are.
+    if (running.length === 0 && port !== undefined)
+      ctx.err(`keybroker status: ${await notOnPort(ctx.home, port, all)}`);
+    for (const b of running) warnNotBrokersRules(ctx, "status", values.config, b);
     const reports =
       running.length > 0
         ? await Promise.all(running.map((b) => adminRequest<StatusReport>(ctx.home, b, "GET", "status")))

@@ -1,6 +1,7 @@
 import { UserError } from "../../core/errors.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
+import { refuseConfig } from "../config-flag.js";
 import { brokerPort, createContext, findRunningBrokers, type RunningBroker } from "../context.js";
 
 /** Exit code when no broker runs for the home, as for `status`. */
@@ -29,6 +30,7 @@ ${COMMON_HELP}`,
     const timeout = values.timeout === undefined ? 10 : Number(values.timeout);
     if (!Number.isFinite(timeout) || timeout <= 0)
       throw new UsageError(`--timeout: expected a number of seconds, got "${values.timeout}"`);
+    refuseConfig(values.config, "stop", "it stops the home's brokers; --port N names one");
     const ctx = createContext(values);
     const all = await findRunningBrokers(ctx.home);
     const brokers = port === undefined ? all : all.filter((b) => b.port === port);

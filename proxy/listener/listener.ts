@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage, type Server, ServerResponse } from 
 import type { AddressInfo, Socket } from "node:net";
 import { ADMIN_PREFIX } from "../../admin/api.js";
 import { type AdminPage, isAdminPagePath } from "../../admin/page.js";
+import { sendRootPage, wantsHtml } from "../../admin/root-page.js";
 import { answerTlsOnSamePort } from "../../admin/tls.js";
 import type { AuditEntry } from "../../audit/audit-log.js";
 import type { LeafMinter } from "../../certs/leaf.js";
@@ -53,6 +54,8 @@ export interface ListenerParts {
   readonly launches: Launches;
   readonly log: Logger;
   readonly minter: LeafMinter;
+  /** The CA's SHA-256 fingerprint, in the health answer: which home's broker this is. */
+  readonly caFingerprint: string;
   readonly metrics: BrokerMetrics;
   readonly audit: (entry: AuditEntry) => void;
   readonly adminPage: AdminPage;
@@ -172,11 +175,8 @@ export class Listener {
         void p.metricsEndpoint.handle(req, res, () => assertLocalCaller(req, rt.rules.listen.host));
         return;
       }
-      // The root leads to the admin page, by whatever address a person opened (SPEC §16: never
-      // an error where a form belongs); the page then checks its callers itself.
       if (url === "/" && (req.method === "GET" || req.method === "HEAD") && !rt.providerForMount("/")) {
-        res.writeHead(303, { location: "/admin/" });
-        res.end();
+        this.#onRoot(req, res, rt.rules.listen.host);
         return;
       }
       if (url.startsWith("/")) assertLocalCaller(req, rt.rules.listen.host);
@@ -185,7 +185,7 @@ export class Listener {
         return;
       }
       if (url === HEALTH_PATH) {
-        const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid });
+        const body = JSON.stringify({ ok: true, version: VERSION, pid: process.pid, ca: p.caFingerprint });
         res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
         res.end(body);
         return;
@@ -194,6 +194,27 @@ export class Listener {
     } catch (err) {
       sendError(res, asBrokerError(err, p.log));
     }
+  }
+
+  /**
+   * `GET /`. Off loopback, a person there comes for the admin page: 303 to it (decision 106).
+   * On loopback a browser gets a page that says what this is; a program gets an error that says
+   * what to use instead (decision 142).
+   */
+  #onRoot(req: IncomingMessage, res: ServerResponse, listen: string): void {
+    if (!isLoopbackHost(listen)) {
+      res.writeHead(303, { location: "/admin/" });
+      res.end();
+      return;
+    }
+    if (wantsHtml(req)) {
+      sendRootPage(req, res);
+      return;
+    }
+    assertLocalCaller(req, listen);
+    throw new BrokerError("bad_request", "nothing is served at /: this port is keybroker's proxy", {
+      hint: 'set the agent\'s proxy variables with eval "$(keybroker env)" or start it with keybroker run -- COMMAND; the admin page is at /admin/ (keybroker admin prints a login link)',
+    });
   }
 
   /** A request that came over TLS straight to the listener: only the admin page is served there. */

@@ -2,11 +2,23 @@
 // toward a broker nobody started or for a Node that ignores the proxy, status on the wrong
 // port, a custom provider's derived variable, a command that does not exist, and an OAuth
 // server on a loopback address.
+import { writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { nodeIgnoresProxy } from "../../cli/env-warnings.js";
-import { cli, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
+import {
+  cli,
+  cliAsync,
+  findSecrets,
+  scannedHomes,
+  startBroker,
+  tempHome,
+  writeConfig,
+} from "../helpers/broker.js";
 import { freePort } from "../helpers/cli-session.js";
-import { ALL_REAL, REAL_OPENAI } from "../helpers/fixture.js";
+import { ALL_REAL, REAL_ANTHROPIC, REAL_OPENAI } from "../helpers/fixture.js";
 
 const { home } = scannedHomes(ALL_REAL);
 
@@ -66,6 +78,59 @@ describe("keybroker env", () => {
   });
 });
 
+describe("a keybroker of another home on the port", () => {
+  it("env, status and run --port name it instead of a certificate error or a bare refusal", async () => {
+    const theirs = await startBroker({ home: home(), env: { OPENAI_API_KEY: REAL_OPENAI } });
+    try {
+      const h = home();
+      const config = writeConfig(home(), `version: 1\nlisten: 127.0.0.1:${theirs.port}\n`);
+      const env = await cliAsync(["env", "--home", h, "--config", config, "--node-preload"]);
+      expect(env.status, env.stderr).toBe(0);
+      expect(env.stdout).toContain(`HTTPS_PROXY='http://127.0.0.1:${theirs.port}'`);
+      expect(env.stderr).toBe(
+        `keybroker env: warning: 127.0.0.1:${theirs.port} is served by a keybroker of another home (pid ${theirs.child.pid}): it has another CA and does not know this home's placeholders, so the agent's TLS through it fails with a certificate error: start this home's broker on another port (keybroker start --port N: env then names that one), or use that broker's --home\n`,
+      );
+      const foreign = `no keybroker of this home runs on port ${theirs.port}; port ${theirs.port} is served by a keybroker of another home (pid ${theirs.child.pid}): it has another CA and does not know this home's placeholders; name its home with --home`;
+      const status = await cliAsync(["status", "--home", h, "--port", String(theirs.port)]);
+      expect(status.status).toBe(3);
+      expect(status.stderr).toContain(`keybroker status: ${foreign}\n`);
+      const run = await cliAsync([
+        "run",
+        "--home",
+        h,
+        "--port",
+        String(theirs.port),
+        "--no-isolate",
+        "--",
+        "true",
+      ]);
+      expect(run.status).toBe(1);
+      expect(run.stderr).toContain(foreign);
+      // The broker's own home sees its broker there, and env says nothing.
+      const own = await cliAsync(["env", "--home", theirs.home, "--node-preload"]);
+      expect(own.stderr).toBe("");
+    } finally {
+      await theirs.stop();
+    }
+  });
+
+  it("env names a program that is not keybroker holding the port", async () => {
+    const server = createServer((_req, res) => res.end("<html>hello</html>"));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const config = writeConfig(home(), `version: 1\nlisten: 127.0.0.1:${port}\n`);
+      const r = await cliAsync(["env", "--home", home(), "--config", config, "--node-preload"]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).toBe(
+        `keybroker env: warning: 127.0.0.1:${port} is held by a program that is not keybroker: start keybroker on another port (keybroker start --port N, or listen: in the rule file): env then names that one\n`,
+      );
+    } finally {
+      server.close();
+    }
+  });
+});
+
 describe("keybroker status --port", () => {
   it("names the port this home's broker runs on when nothing of it runs on the one given", async () => {
     const h = home();
@@ -84,6 +149,51 @@ describe("keybroker status --port", () => {
 });
 
 describe("keybroker check", () => {
+  it("run in another folder than the broker's, checks the broker's rule file, says why, and counts the key it holds", async () => {
+    const h = home();
+    // The user's project folder holds the key in its .env: not scanned, it is where the key lives.
+    const project = tempHome();
+    const elsewhere = home();
+    const config = writeConfig(
+      project,
+      "version: 1\nproviders:\n  openai: { credentials: [OPENAI_API_KEY] }\n",
+    );
+    writeFileSync(join(project, ".env"), `OPENAI_API_KEY=${REAL_OPENAI}\n`, { mode: 0o600 });
+    // Started in the project folder, as `npm start` there: the key comes from its ./.env.
+    const broker = await startBroker({ home: h, cwd: project, args: ["--config", "keybroker.yaml"] });
+    try {
+      const r = await cliAsync(["check", "--home", h], { cwd: elsewhere });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toContain(`rules: ${config} (valid)\n`);
+      expect(r.stdout).toContain(
+        `  read because: the running broker's (pid ${broker.child.pid}, port ${broker.port}): no --config, $KEYBROKER_CONFIG or ./keybroker.yaml in ${elsewhere}\n`,
+      );
+      expect(r.stdout).toContain(
+        `  the running broker (pid ${broker.child.pid}) holds a credential for openai: it read it from its own environment or folder, which this shell does not see\n`,
+      );
+      expect(r.stderr).not.toContain("problem:");
+      // In the project folder its own file is read, and found there.
+      const there = await cliAsync(["check", "--home", h], { cwd: project });
+      expect(there.status, there.stderr).toBe(0);
+      expect(there.stdout).toContain("  read because: ./keybroker.yaml in this folder\n");
+      expect(there.stdout).toContain("openai: active");
+      // Named by --config, the file is read and a key missing here is a problem: nothing hides it.
+      const other = writeConfig(home(), "version: 1\nproviders:\n  openai: { credentials: [OTHER_KEY] }\n");
+      const named = await cliAsync(["check", "--home", h, "--config", other], { cwd: elsewhere });
+      expect(named.status).toBe(1);
+      expect(named.stdout).toContain("  read because: named by --config\n");
+      expect(named.stderr).toContain(
+        `warning: the running broker (pid ${broker.child.pid}, port ${broker.port}) runs ${config}, not these rules`,
+      );
+      expect(named.stderr).toContain('problem: provider "openai"');
+      expect(
+        findSecrets([REAL_OPENAI], [], [r.stdout, r.stderr, there.stdout, named.stdout, named.stderr]),
+      ).toEqual([]);
+    } finally {
+      await broker.stop();
+    }
+  });
+
   it("says which variable a custom provider without placeholder.env gets", () => {
     const config = writeConfig(
       home(),
@@ -108,6 +218,84 @@ describe("keybroker check", () => {
 });
 
 describe("keybroker run", () => {
+  it("says which variables hold each placeholder, and warns of a provider without a credential and a removed key no placeholder replaces", async () => {
+    const h = home();
+    const config = writeConfig(
+      home(),
+      [
+        "version: 1",
+        "providers:",
+        "  my-llm: { hosts: [llm.example.com], credentials: [MY_KEY] }",
+        "  keyless: { hosts: [k.example.com], credentials: [KEYLESS_KEY], placeholder: { env: KEYLESS_API_KEY } }",
+        "",
+      ].join("\n"),
+    );
+    const env = { MY_KEY: REAL_OPENAI, OPENAI_API_KEY: REAL_ANTHROPIC };
+    const show = `console.log(JSON.stringify(["MY_KEY", "MY_LLM_API_KEY", "KEYLESS_API_KEY", "OPENAI_API_KEY", "NIX_SSL_CERT_FILE"].map((n) => process.env[n] ?? null)))`;
+    const run = (extra: string[] = []) =>
+      cliAsync(
+        [
+          "run",
+          "--home",
+          h,
+          "--config",
+          config,
+          "--no-isolate",
+          ...extra,
+          "--",
+          process.execPath,
+          "-e",
+          show,
+        ],
+        {
+          env,
+        },
+      );
+    const warnings = [
+      "keybroker run: warning: MY_KEY held my-llm's key and was removed; no placeholder takes its place (it has one in MY_LLM_API_KEY): a command that reads MY_KEY finds it unset; add MY_KEY to my-llm's placeholder: { env: [...] } in the rule file",
+      "keybroker run: warning: the broker has no credential for keyless: the command's requests to it get 503 credential_unavailable; set KEYLESS_KEY where the broker reads it (keybroker check says where it looked)",
+    ];
+    const alone = await run();
+    expect(alone.status, alone.stderr).toBe(0);
+    const [myKey, myLlm, keyless, openai, nix] = JSON.parse(alone.stdout) as (string | null)[];
+    expect(myKey).toBeNull();
+    expect(myLlm).toMatch(/kbph-/);
+    expect(keyless).toMatch(/kbph-/);
+    expect(openai).toMatch(/^sk-kb-kbph-/);
+    expect(nix).toBe(join(h, "ca", "bundle.pem"));
+    expect(alone.stderr).toMatch(
+      /keybroker run: no broker runs for this home: one of run's own serves the command on http:\/\/127\.0\.0\.1:\d+ until it exits\n/,
+    );
+    for (const line of [
+      "keybroker run: my-llm: placeholder in MY_LLM_API_KEY",
+      "keybroker run: keyless: placeholder in KEYLESS_API_KEY",
+      "keybroker run: openai: placeholder in OPENAI_API_KEY, CODEX_API_KEY",
+      ...warnings,
+    ]) {
+      expect(alone.stderr).toContain(`${line}\n`);
+    }
+
+    // From a running broker's rules (its admin API) the same, and --quiet keeps only the warnings.
+    const broker = await startBroker({ home: h, config, env });
+    try {
+      const served = await run(["--quiet"]);
+      expect(served.status, served.stderr).toBe(0);
+      expect(served.stderr).toBe(`${warnings.join("\n")}\n`);
+      const loud = await run();
+      expect(loud.stderr).toContain("keybroker run: openai: placeholder in OPENAI_API_KEY, CODEX_API_KEY\n");
+      expect(loud.stderr).not.toContain("no broker runs");
+      expect(
+        findSecrets(
+          [REAL_OPENAI, REAL_ANTHROPIC],
+          [],
+          [alone.stderr, alone.stdout, served.stderr, loud.stderr],
+        ),
+      ).toEqual([]);
+    } finally {
+      await broker.stop();
+    }
+  });
+
   it("says a command that does not exist is not found, and exits 127 as a shell does", () => {
     const r = cli(["run", "--home", home(), "--", "nosuchcmd-kb-test", "--flag"], {
       env: { OPENAI_API_KEY: REAL_OPENAI },

@@ -5,7 +5,7 @@ import { once } from "node:events";
 import { request } from "node:http";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { cli, scannedHomes, writeConfig } from "../helpers/broker.js";
+import { cli, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
 import { ALL_REAL, REAL_OPENAI, startFixture } from "../helpers/fixture.js";
 
 const CRON_TOKEN = "kb-cron-token-Zq81xVb77Lm0";
@@ -67,6 +67,45 @@ describe("global flags before the command", () => {
     ]);
     expect(r.status).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual([]);
+  });
+});
+
+describe("--config is honoured or refused, never ignored", () => {
+  it("commands that read no rule file refuse it, saying why", () => {
+    const config = writeConfig(home(), "version: 1\n");
+    const ca = cli(["ca", "path", "--home", home(), "--config", config]);
+    expect(ca.status).toBe(2);
+    expect(ca.stderr).toContain(
+      "--config does not apply to keybroker ca: the CA and its bundle are the home's, whatever the rules",
+    );
+    const stop = cli(["--config", config, "stop", "--home", home()]);
+    expect(stop.status).toBe(2);
+    expect(stop.stderr).toContain(
+      "--config does not apply to keybroker stop: it stops the home's brokers; --port N names one",
+    );
+  });
+
+  it("auth list and status with a running broker say when --config is not the broker's rule file", async () => {
+    const h = home();
+    const theirs = writeConfig(
+      home(),
+      "version: 1\nproviders:\n  openai: { credentials: [OPENAI_API_KEY] }\n",
+    );
+    const other = writeConfig(home(), "version: 1\n");
+    const broker = await startBroker({ home: h, config: theirs, env: { OPENAI_API_KEY: REAL_OPENAI } });
+    try {
+      const list = await cliAsync(["auth", "list", "--home", h, "--config", other]);
+      expect(list.status, list.stderr).toBe(0);
+      expect(list.stdout).toContain("openai");
+      expect(list.stderr).toContain(
+        `keybroker status: warning: --config ${other} is not the rule file of the broker on port ${broker.port} (${theirs}); status uses the broker's rules`,
+      );
+      const same = await cliAsync(["status", "--home", h, "--config", theirs]);
+      expect(same.status, same.stderr).toBe(0);
+      expect(same.stderr).toBe("");
+    } finally {
+      await broker.stop();
+    }
   });
 });
 

@@ -109,6 +109,12 @@ describe("keybroker env", () => {
       "NODE_EXTRA_CA_CERTS",
       "GIT_SSL_CAINFO",
       "DENO_CERT",
+      "AWS_CA_BUNDLE",
+      "PIP_CERT",
+      "HTTPLIB2_CA_CERTS",
+      "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+      "NIX_SSL_CERT_FILE",
+      "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
     ]) {
       expect(vars[name], name).toBe(join(h, "ca", "bundle.pem"));
     }

@@ -37,8 +37,18 @@ interface AgentResult {
 async function runAgent(major: string, extra: string[] = []) {
   const before = f.upstream.received.length;
   const own = ["--home", f.home, "--config", join(f.dir, "keybroker.yaml")];
-  // --no-isolate: nothing on stderr, not even run's notice that the agent is not isolated.
-  const r = await cliAsync(["run", "--no-isolate", ...own, ...extra, "--", binaries[major]!, AGENT]);
+  // --no-isolate and --quiet: nothing on stderr, not even run's notice that the agent is not
+  // isolated, nor its lines naming each provider's placeholder.
+  const r = await cliAsync([
+    "run",
+    "--no-isolate",
+    "--quiet",
+    ...own,
+    ...extra,
+    "--",
+    binaries[major]!,
+    AGENT,
+  ]);
   const received = f.upstream.received.slice(before);
   expect(r.stdout).not.toContain(REAL_OPENAI);
   expect(r.stderr).not.toContain(REAL_OPENAI);
