@@ -123,7 +123,8 @@ export interface McpSpec {
   readonly clientMetadataUrl?: string;
 }
 
-export interface ProviderRule {
+/** What every provider has, whatever its kind. */
+export interface ProviderRuleBase {
   readonly id: string;
   /** How it authenticates, chosen once at compile (decision 132): ask `kindOf(rule)` what that means. */
   readonly kind: ProviderKindName;
@@ -161,10 +162,6 @@ export interface ProviderRule {
   readonly mount?: string;
   /** Upstream for reverse mode: an origin with an optional base path, e.g. `https://openrouter.ai/api`. */
   readonly upstream?: string;
-  readonly auth?: ProviderAuth;
-  /** For an MCP server: the `pkce` grant, with what the rule file's `oauth:` overrides. */
-  readonly oauth?: OAuthSpec;
-  readonly mcp?: McpSpec;
   /** The provider may reach upstream addresses in loopback/private ranges. */
   readonly allowPrivateUpstream: boolean;
   /** Upstream silence allowed for this provider; unset = `timeouts.upstream`. */
@@ -172,6 +169,60 @@ export interface ProviderRule {
   /** True when the provider came from the embedded catalogue rather than the rule file. */
   readonly fromCatalogue: boolean;
 }
+
+/** A pool of keys from credential references (SPEC §5). */
+export interface KeyPoolRule extends ProviderRuleBase {
+  readonly kind: "key_pool";
+}
+
+/** Logins a person makes with `auth add` (device code or PKCE, SPEC §8). */
+export interface OAuthLoginRule extends ProviderRuleBase {
+  readonly kind: "oauth_login";
+  readonly oauth: OAuthSpec;
+}
+
+/** A token the broker fetches itself from client_id and client_secret (SPEC §8). */
+export interface ClientCredentialsRule extends ProviderRuleBase {
+  readonly kind: "client_credentials";
+  readonly oauth: OAuthSpec;
+}
+
+/** A remote MCP server (SPEC §15): the `pkce` grant, with what the rule file's `oauth:` overrides. */
+export interface McpRule extends ProviderRuleBase {
+  readonly kind: "mcp";
+  readonly oauth: OAuthSpec;
+  readonly mcp: McpSpec;
+}
+
+/** A Google service account: a token minted from the key authorizes each request last (SPEC §9). */
+export interface GoogleServiceAccountRule extends ProviderRuleBase {
+  readonly kind: "google_service_account";
+  readonly auth: GoogleServiceAccountAuth;
+}
+
+/** AWS Signature V4: each request is signed last (SPEC §9). */
+export interface AwsSigV4Rule extends ProviderRuleBase {
+  readonly kind: "aws_sigv4";
+  readonly auth: AwsSigV4Auth;
+}
+
+/**
+ * A compiled provider, one shape per kind (decision 132): `switch (rule.kind)` narrows to the
+ * fields that kind has, so nothing asks which of `auth`, `oauth` or `mcp` is set.
+ */
+export type ProviderRule =
+  | KeyPoolRule
+  | OAuthLoginRule
+  | ClientCredentialsRule
+  | McpRule
+  | GoogleServiceAccountRule
+  | AwsSigV4Rule;
+
+/** The kinds that log in with OAuth: their pool is logins, their `oauth` is set. */
+export type OAuthRule = OAuthLoginRule | ClientCredentialsRule | McpRule;
+
+/** The kinds a signer authorizes last. */
+export type SignedRule = GoogleServiceAccountRule | AwsSigV4Rule;
 
 export interface ClientRule {
   readonly name: string;

@@ -85,9 +85,12 @@ export function chooseKind(entry: KindKeys): ProviderKindName {
 }
 
 /**
- * The `default:` of a `switch (rule.kind)`: a kind the switch forgot is a type error here, and
- * an error at run time if it ever got through.
+ * The `default:` of a `switch (rule.kind)` (given the rule, or the kind when the switch is on a
+ * name): a kind the switch forgot is a type error here, and an error at run time if it ever got
+ * through.
  */
-export function unhandledKind(kind: never): never {
+export function unhandledKind(kindOrRule: never): never {
+  const value = kindOrRule as unknown;
+  const kind = typeof value === "object" && value !== null ? (value as { kind?: unknown }).kind : value;
   throw new Error(`provider kind ${String(kind)} is not handled here`);
 }
