@@ -6,6 +6,7 @@ import { homedir } from "node:os";
 import { splitCommandLine } from "../core/command-line.js";
 import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
+import { camelCase, durationsInMs } from "./compiled-shape.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
 import { effectiveProvider } from "./effective-provider.js";
 import { parseHostPattern } from "./host-pattern.js";
@@ -150,11 +151,7 @@ export const DEFAULT_TIMEOUTS: Timeouts = {
 
 /** Each `timeouts:` key given, in milliseconds, over its default (`keep_alive` → `keepAliveMs`). */
 function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
-  const given = Object.entries(t ?? {}).flatMap(([key, value]) => {
-    const ms = value === undefined ? undefined : parseDuration(value);
-    return ms === undefined ? [] : [[`${camelCase(key)}Ms`, ms]];
-  });
-  return { ...DEFAULT_TIMEOUTS, ...Object.fromEntries(given) };
+  return { ...DEFAULT_TIMEOUTS, ...durationsInMs(t) };
 }
 
 function compileListen(listen: RuleFile["listen"]): Rules["listen"] {
@@ -316,10 +313,6 @@ function withKind(base: ProviderRuleBase, input: ProviderInput, ctx: Context): P
   }
 }
 
-function camelCase(key: string): string {
-  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
-}
-
 export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
 export const DEFAULT_OAUTH_TOKEN_TIMEOUT_MS = 10_000;
 
@@ -388,15 +381,7 @@ function compileSources(sources: SourcesInput | undefined, ctx: Context): Source
             ...durationField("graceMs", infisical.grace),
           },
         }),
-    ...(cmd === undefined
-      ? {}
-      : {
-          cmd: {
-            ...durationField("timeoutMs", cmd.timeout),
-            ...durationField("ttlMs", cmd.ttl),
-            ...durationField("graceMs", cmd.grace),
-          },
-        }),
+    ...(cmd === undefined ? {} : { cmd: durationsInMs(cmd) }),
   };
 }
 

@@ -2,12 +2,20 @@
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
 
-import type * as z from "zod";
+//
+// Where a section's compiled form is its keys as written (camel-cased, durations in ms), its
+// type is derived from the schema (rules/schema/) through compiled-shape.ts, so a key is defined
+// once; the fields written out here are those the compiler really transforms.
+
+import type { AsWritten, InMs } from "./compiled-shape.js";
 import type { ProviderKindName } from "./kinds/kind.js";
-import type { timeoutsSchema } from "./schema/file.js";
+import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
 
-type TimeoutsInput = z.infer<typeof timeoutsSchema>;
+type PoolInput = NonNullable<ProviderInput["pool"]>;
+type InfisicalInput = NonNullable<SourcesInput["infisical"]>;
+type ApprovalsInput = NonNullable<RuleFile["approvals"]>;
+type AuditInput = NonNullable<RuleFile["audit"]>;
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -36,7 +44,7 @@ export interface InjectSpec {
   readonly format?: string;
 }
 
-export type PoolStrategy = "fill_first" | "round_robin" | "least_used";
+export type PoolStrategy = NonNullable<PoolInput["strategy"]>;
 
 export interface PolicyRule {
   readonly action: "deny" | "approve";
@@ -57,7 +65,7 @@ export interface PolicyRule {
 }
 
 /** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
-export type Role = "owner" | "admin" | "user" | "guest";
+export type Role = NonNullable<ClientInput["role"]>;
 
 export interface GoogleServiceAccountAuth {
   readonly kind: "google_service_account";
@@ -78,42 +86,34 @@ export interface AwsSigV4Auth {
 
 export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
-export type OAuthGrant = "device" | "pkce" | "client_credentials";
-
-/** `device_authorization_endpoint` → `deviceAuthorizationEndpoint`. */
-type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}`
-  ? `${Head}${Capitalize<CamelCase<Tail>>}`
-  : S;
+export type OAuthGrant = NonNullable<OAuthInput["grant"]>;
 
 /**
  * The `oauth:` keys compiled as written, only camel-cased: the issuer (RFC 8414: endpoints not
  * listed are discovered from its metadata), the endpoints, the redirect URI. Their type is the
  * schema's (rules/schema/oauth.ts), their list is compile.ts's `OAUTH_AS_WRITTEN`.
  */
-export type OAuthAsWritten = {
-  readonly [K in (typeof OAUTH_AS_WRITTEN)[number] as CamelCase<K>]?: NonNullable<OAuthInput[K]>;
-};
+export type OAuthAsWritten = Partial<AsWritten<OAuthInput, (typeof OAUTH_AS_WRITTEN)[number]>>;
 
-/** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
-export interface OAuthSpec extends OAuthAsWritten {
-  /** The grant `auth add` uses (or, for client_credentials, the broker itself). */
-  readonly grant: OAuthGrant;
-  /** The client's id; "" for an MCP server without one configured (registered at login). */
-  readonly clientId: string;
-  /** Credential reference of the client secret (confidential clients). */
-  readonly clientSecret?: string;
-  /** How the client secret is sent; `none` for a public client. */
-  readonly clientAuth: "client_secret_basic" | "client_secret_post" | "none";
-  readonly scopes: readonly string[];
-  readonly authorizeParams: Readonly<Record<string, string>>;
-  readonly tokenParams: Readonly<Record<string, string>>;
-  /** Headers set on every request to the authorization server. */
-  readonly tokenHeaders: Readonly<Record<string, string>>;
-  /** Cap on every answer read from the authorization server. */
-  readonly maxResponseBytes: number;
-  /** Time limit of every request to the authorization server. */
-  readonly tokenTimeoutMs: number;
-}
+/**
+ * SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. Besides the
+ * keys as written: `grant`, the one `auth add` uses (or, for client_credentials, the broker
+ * itself), chosen from the endpoints when not written; `scopes` and the extra parameters, empty
+ * when not written; `tokenHeaders`, set on every request to the authorization server (names
+ * lower-cased); `clientId`, "" for an MCP server without one (registered at login);
+ * `clientSecret`, a credential reference (confidential clients); `clientAuth`, how it is sent,
+ * `none` for a public client; the cap on every answer read from the authorization server
+ * (`maxResponseBytes`) and the time limit of every request to it (`tokenTimeoutMs`).
+ */
+export type OAuthSpec = OAuthAsWritten &
+  AsWritten<
+    OAuthInput,
+    "grant" | "client_id" | "scopes" | "authorize_params" | "token_params" | "token_headers"
+  > &
+  Partial<AsWritten<OAuthInput, "client_secret">> & {
+    readonly clientAuth: NonNullable<OAuthInput["client_auth"]> | "none";
+    readonly maxResponseBytes: number;
+  } & InMs<OAuthInput, "token_timeout">;
 
 /** SPEC §15: a remote MCP server keybroker logs in to and injects the access token for. */
 export interface McpSpec {
@@ -137,15 +137,16 @@ export interface ProviderRuleBase {
    * variable) has no value: the placeholder variable's aliases (decision 122).
    */
   readonly credentialAliases: readonly string[];
-  readonly pool: {
-    readonly strategy: PoolStrategy;
-    /** `client`: keep each client on the credential it used last while that one has quota. */
-    readonly affinity?: "client";
-    /** Bytes of request body buffered for a retry on another credential; unset = the default (4 MiB). */
-    readonly retryBodyLimit?: number;
-    /** Cooldown after a quota response that gave no reset time; unset = the pool's default. */
-    readonly cooldownMs?: number;
-  };
+  /**
+   * `strategy` (default fill_first); `affinity: client` keeps each client on the credential it
+   * used last while that one has quota; `retryBodyLimit`, bytes of request body buffered for a
+   * retry on another credential (unset = 4 MiB); `cooldownMs` after a quota response that gave no
+   * reset time (unset = the pool's default).
+   */
+  readonly pool: AsWritten<PoolInput, "strategy"> &
+    Partial<AsWritten<PoolInput, "affinity"> & InMs<PoolInput, "cooldown">> & {
+      readonly retryBodyLimit?: number;
+    };
   readonly headers: {
     readonly set: Readonly<Record<string, string>>;
     readonly remove: readonly string[];
@@ -224,42 +225,34 @@ export type OAuthRule = OAuthLoginRule | ClientCredentialsRule | McpRule;
 /** The kinds a signer authorizes last. */
 export type SignedRule = GoogleServiceAccountRule | AwsSigV4Rule;
 
-export interface ClientRule {
-  readonly name: string;
-  /** Credential reference of the client's token, if it has one. */
-  readonly token?: string;
-  /** `"*"` or the provider ids the client may use. */
-  readonly providers: "*" | readonly string[];
-  readonly role: Role;
-  /** `limits.rpm`: requests per minute at most; unset = no cap. */
-  readonly rpm?: number;
-}
+/**
+ * A client: its name, its token's credential reference if it has one, `"*"` or the provider ids
+ * it may use (default `"*"`), its role (default user), `limits.rpm` as `rpm` (unset = no cap).
+ */
+export type ClientRule = { readonly name: string } & Partial<AsWritten<ClientInput, "token">> &
+  AsWritten<ClientInput, "providers" | "role"> &
+  Partial<AsWritten<NonNullable<ClientInput["limits"]>>>;
 
 export type SourceName = "infisical" | "dotenv" | "env" | "file" | "cmd";
 
-export interface InfisicalConfig {
-  readonly siteUrl: string;
-  readonly projectId: string;
-  readonly environment: string;
-  readonly path: string;
-  readonly clientId: string;
-  readonly clientSecret: string;
-  readonly ttlMs: number;
-  /** The longest a lookup waits for Infisical; unset = the default (5 s). */
-  readonly timeoutMs?: number;
-  /** How long the last value is still served once Infisical fails; unset = the default (10 min). */
-  readonly graceMs?: number;
-}
+/**
+ * `sources.infisical`: the keys as written, with `siteUrl` (default Infisical's cloud, no
+ * trailing slash), `path` (default `/`) and the machine identity's `clientId` and `clientSecret`
+ * (credential references; default `env:INFISICAL_CLIENT_ID`/`_SECRET`) filled in; `ttlMs` (default
+ * 1 min); `timeoutMs`, the longest a lookup waits (unset = 5 s); `graceMs`, how long the last
+ * value is still served once Infisical fails (unset = 10 min).
+ */
+export type InfisicalConfig = AsWritten<InfisicalInput, "site_url" | "project_id" | "environment" | "path"> &
+  AsWritten<NonNullable<InfisicalInput["auth"]>> &
+  InMs<InfisicalInput, "ttl"> &
+  Partial<InMs<InfisicalInput, "timeout" | "grace">>;
 
-/** `sources.cmd`: how `cmd:` references run and how long their output is reused. */
-export interface CmdConfig {
-  /** The command is stopped after this long; unset = the default (10 s). */
-  readonly timeoutMs?: number;
-  /** unset = the default (5 min). */
-  readonly ttlMs?: number;
-  /** How long the last value is still served once the command fails; unset = 10 min. */
-  readonly graceMs?: number;
-}
+/**
+ * `sources.cmd`: how `cmd:` references run and how long their output is reused, each unset for
+ * its default: `timeoutMs` (the command is stopped, 10 s), `ttlMs` (5 min), `graceMs` (how long
+ * the last value is still served once the command fails, 10 min).
+ */
+export type CmdConfig = Partial<InMs<NonNullable<SourcesInput["cmd"]>>>;
 
 export interface SourcesConfig {
   /** The lookup chain for bare names; the environment is always appended as last resort. */
@@ -295,22 +288,18 @@ export interface Rules {
    * Requests held by `approve` rules: how long they wait by default, and how many (and how many
    * bytes of body) this broker holds at once.
    */
-  readonly approvals: { readonly timeoutMs: number; readonly maxPending: number; readonly maxBytes: number };
-  /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
-  readonly audit: {
-    readonly enabled: boolean;
-    readonly maxBytes: number;
-    readonly keep: number;
-    /** Refuse to inject (503 audit_unavailable) while the audit log cannot be written. */
-    readonly require: boolean;
-  };
+  readonly approvals: InMs<ApprovalsInput, "timeout"> &
+    AsWritten<ApprovalsInput, "max_pending"> & { readonly maxBytes: number };
+  /**
+   * The audit log: on by default, rotated at `maxBytes`, `keep` rotated files; `require` refuses
+   * to inject (503 audit_unavailable) while the audit log cannot be written.
+   */
+  readonly audit: AsWritten<AuditInput, "enabled" | "keep" | "require"> & { readonly maxBytes: number };
   /** Scrub echoes of credentials from responses (on unless a benchmark turns it off). */
   readonly scrubResponses: boolean;
   readonly timeouts: Timeouts;
-  readonly limits: {
-    /** Open client connections at most; unset = derived from the process's fd limit. */
-    readonly connections?: number;
-  };
+  /** `connections`: open client connections at most; unset = derived from the process's fd limit. */
+  readonly limits: Partial<AsWritten<NonNullable<RuleFile["limits"]>>>;
   /** `log.access`: one log line per request (also KEYBROKER_ACCESS_LOG=1). */
   readonly accessLog: boolean;
   /** `notify: "cmd:…"` as an argv; unset when the rule file has none (SPEC §16). */
@@ -333,6 +322,4 @@ export interface RedisStateConfig {
  * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
  * of `timeouts:` (what each is: rules/schema/file.ts), `tunnel_idle` → `tunnelIdleMs`.
  */
-export type Timeouts = {
-  readonly [K in keyof TimeoutsInput & string as `${CamelCase<K>}Ms`]: number;
-};
+export type Timeouts = InMs<NonNullable<RuleFile["timeouts"]>>;
