@@ -16,6 +16,10 @@ type PoolInput = NonNullable<ProviderInput["pool"]>;
 type InfisicalInput = NonNullable<SourcesInput["infisical"]>;
 type ApprovalsInput = NonNullable<RuleFile["approvals"]>;
 type AuditInput = NonNullable<RuleFile["audit"]>;
+type AuthInput = NonNullable<ProviderInput["auth"]>;
+type AwsInput = NonNullable<AuthInput["aws_sigv4"]>;
+/** `state:` written as a map (a bare URL compiles to the same). */
+type RedisStateInput = Extract<NonNullable<RuleFile["state"]>, object>;
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -67,22 +71,21 @@ export interface PolicyRule {
 /** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
 export type Role = NonNullable<ClientInput["role"]>;
 
-export interface GoogleServiceAccountAuth {
+/**
+ * `auth: { google_service_account }`: `key` is the key file's credential reference; `scopes` as
+ * written; `tokenTimeoutMs`, how long the token endpoint may take (unset = 15 s).
+ */
+export type GoogleServiceAccountAuth = {
   readonly kind: "google_service_account";
   readonly key: string;
-  readonly scopes?: readonly string[];
-  /** How long the token endpoint may take; default 15 s. */
-  readonly tokenTimeoutMs?: number;
-}
+} & Partial<AsWritten<AuthInput, "scopes"> & InMs<AuthInput, "token_timeout">>;
 
-export interface AwsSigV4Auth {
-  readonly kind: "aws_sigv4";
-  readonly region: string;
-  readonly service: string;
-  readonly accessKeyId: string;
-  readonly secretAccessKey: string;
-  readonly sessionToken?: string;
-}
+/** `auth: { aws_sigv4 }` as written; the keys' parts are credential references. */
+export type AwsSigV4Auth = { readonly kind: "aws_sigv4" } & AsWritten<
+  AwsInput,
+  "region" | "service" | "access_key_id" | "secret_access_key"
+> &
+  Partial<AsWritten<AwsInput, "session_token">>;
 
 export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
@@ -309,14 +312,11 @@ export interface Rules {
 }
 
 /** A fleet's Redis: its URL (no password), the password's credential reference, the key prefix. */
-export interface RedisStateConfig {
-  readonly kind: "redis";
-  readonly url: string;
-  readonly password?: string;
-  readonly prefix: string;
-  /** rediss:// only: the rule file's `upstream_ca` files, trusted besides the system's roots. */
-  readonly ca?: readonly string[];
-}
+export type RedisStateConfig = { readonly kind: "redis" } & AsWritten<RedisStateInput, "url" | "prefix"> &
+  Partial<AsWritten<RedisStateInput, "password">> & {
+    /** rediss:// only: the rule file's `upstream_ca` files, trusted besides the system's roots. */
+    readonly ca?: readonly string[];
+  };
 
 /**
  * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
