@@ -39,7 +39,7 @@ export function isOAuthRule(rule: ProviderRule): rule is OAuthRule {
   return kindOf(rule).poolOfLogins;
 }
 
-/** The kind of an entry as written (a catalogue entry, or the raw file's for the cross-checks). */
+/** The kind of an entry as written (a catalogue entry, before it compiles). */
 export function kindOfEntry(entry: KindKeys): ProviderKind {
   return KINDS[chooseKind(entry)];
 }
