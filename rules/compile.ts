@@ -230,9 +230,9 @@ function compileProvider(
 ): ProviderRule {
   // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
   const shape = effectiveProvider(id, given, catalogueEntry);
-  const { kind, mcp, env } = shape;
-  const input: ProviderInput =
-    mcp === undefined ? given : { ...given, credentials: [], oauth: given.oauth ?? {} };
+  const { kind, env } = shape;
+  // An MCP server's credentials are its logins, whatever a catalogue entry under it wrote.
+  const input: ProviderInput = kind === "mcp" ? { ...given, credentials: [] } : given;
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
