@@ -15,6 +15,14 @@ export type AsWritten<T, K extends keyof T & string = keyof T & string> = {
   readonly [P in K as CamelCase<P>]-?: Readonly<NonNullable<T[P]>>;
 };
 
+/** The keys `K` of a parsed section that take one value or a list, camel-cased, always a list. */
+export type Listed<T, K extends keyof T & string = keyof T & string> = {
+  readonly [P in K as CamelCase<P>]-?: readonly ItemOf<NonNullable<T[P]>>[];
+};
+
+/** `E` of a key written as `E | E[]`. */
+type ItemOf<V> = V extends readonly (infer E)[] ? E : V;
+
 /** The duration keys `K` of a parsed section in milliseconds: `tunnel_idle` → `tunnelIdleMs`. */
 export type InMs<T, K extends keyof T & string = keyof T & string> = {
   readonly [P in K as `${CamelCase<P>}Ms`]: number;

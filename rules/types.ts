@@ -7,7 +7,7 @@
 // type is derived from the schema (rules/schema/) through compiled-shape.ts, so a key is defined
 // once; the fields written out here are those the compiler really transforms.
 
-import type { AsWritten, InMs } from "./compiled-shape.js";
+import type { AsWritten, InMs, Listed } from "./compiled-shape.js";
 import type { ProviderKindName } from "./kinds/kind.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
@@ -17,6 +17,11 @@ type InfisicalInput = NonNullable<SourcesInput["infisical"]>;
 type ApprovalsInput = NonNullable<RuleFile["approvals"]>;
 type AuditInput = NonNullable<RuleFile["audit"]>;
 type AuthInput = NonNullable<ProviderInput["auth"]>;
+type InjectInput = NonNullable<ProviderInput["inject"]>;
+type HeadersInput = NonNullable<ProviderInput["headers"]>;
+type PlaceholderInput = NonNullable<ProviderInput["placeholder"]>;
+type PolicyRuleInput = NonNullable<ProviderInput["policy"]>[number];
+type PolicyMatcherInput = NonNullable<PolicyRuleInput["deny"]>;
 type AwsInput = NonNullable<AuthInput["aws_sigv4"]>;
 /** `state:` written as a map (a bare URL compiles to the same). */
 type RedisStateInput = Extract<NonNullable<RuleFile["state"]>, object>;
@@ -33,40 +38,38 @@ export interface HostPattern {
   readonly port: number;
 }
 
-/** Where the real secret goes in a request. */
-export interface InjectSpec {
-  /** Header names (lower-case) whose values may carry the placeholder. */
-  readonly headers: readonly string[];
-  /** A query parameter whose value may carry the placeholder. */
-  readonly query?: string;
-  /** Swap the placeholder inside the decoded credentials of `Authorization: Basic`. */
-  readonly basic?: { readonly username?: string };
-  /**
-   * How keybroker builds the header value itself (reverse mode): `{secret}` is replaced.
-   * Default `Bearer {secret}` for authorization, `{secret}` otherwise.
-   */
-  readonly format?: string;
-}
+/**
+ * Where the real secret goes in a request: `headers`, the header names (lower-case, from
+ * `header`) whose values may carry the placeholder (`authorization` when no injection point is
+ * written); as written, the `query` parameter that may carry it, `basic` (swap it inside the
+ * decoded credentials of `Authorization: Basic`) and `format`, how keybroker builds the header
+ * value itself in reverse mode (`{secret}` is replaced; default `Bearer {secret}` for
+ * authorization, `{secret}` otherwise).
+ */
+export type InjectSpec = { readonly headers: readonly string[] } & Partial<
+  AsWritten<InjectInput, "query" | "basic" | "format">
+>;
 
 export type PoolStrategy = NonNullable<PoolInput["strategy"]>;
 
-export interface PolicyRule {
-  readonly action: "deny" | "approve";
-  /** Upper-case methods; empty = any. */
+/**
+ * One `deny:` or `approve:` rule. `roles` and `clients` as written, made lists: only clients with
+ * one of these roles, or these clients (unset = every client); approve's `timeoutMs`, how long a
+ * held request waits (unset = `approvals.timeoutMs`). The rest is renamed as it compiles.
+ */
+export type PolicyRule = Partial<
+  Listed<PolicyMatcherInput, "roles" | "clients"> & InMs<PolicyMatcherInput, "timeout">
+> & {
+  readonly action: keyof PolicyRuleInput;
+  /** `method`, upper-case; empty = any. */
   readonly methods: readonly string[];
-  /** Path globs (micromatch), matched against the canonical path without the query; empty = any. */
+  /** `path`: globs (micromatch), matched against the canonical path without the query; empty = any. */
   readonly paths: readonly string[];
   /** `case: insensitive`: the paths match whatever the letters' case (an API that ignores it). */
   readonly ignoreCase?: true;
-  /** Only clients with one of these roles; unset = every client. */
-  readonly roles?: readonly Role[];
-  /** Only these clients; unset = every client. */
-  readonly clients?: readonly string[];
   /** `launch:` only `run --isolate` launches of these commands (base names); unset = anyone. */
   readonly launches?: readonly string[];
-  /** approve: how long a held request waits; unset = `approvals.timeoutMs`. */
-  readonly timeoutMs?: number;
-}
+};
 
 /** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
 export type Role = NonNullable<ClientInput["role"]>;
@@ -150,17 +153,15 @@ export interface ProviderRuleBase {
     Partial<AsWritten<PoolInput, "affinity"> & InMs<PoolInput, "cooldown">> & {
       readonly retryBodyLimit?: number;
     };
-  readonly headers: {
-    readonly set: Readonly<Record<string, string>>;
-    readonly remove: readonly string[];
-  };
-  readonly placeholder: {
-    /** The environment variables `run`/`env` set to the placeholder, the main one first. */
-    readonly env: readonly string[];
-    readonly prefix: string;
-    /** A fixed placeholder instead of the derived one. */
-    readonly value?: string;
-  };
+  /** `headers: set/remove` as written, names lower-cased, each empty when not written. */
+  readonly headers: AsWritten<HeadersInput>;
+  /**
+   * `prefix` (the entry's, the catalogue's, else `kb-`) and `value` (a fixed placeholder instead
+   * of the derived one) as written; `env`, the environment variables `run`/`env` set to the
+   * placeholder, the main one first (decision 122).
+   */
+  readonly placeholder: AsWritten<PlaceholderInput, "prefix"> &
+    Partial<AsWritten<PlaceholderInput, "value">> & { readonly env: readonly string[] };
   readonly policy: readonly PolicyRule[];
   /** Reverse endpoint, e.g. `/p/vertex` (no trailing slash). */
   readonly mount?: string;
