@@ -1,5 +1,6 @@
 // The broker: wiring and lifecycle. It builds the runtime (rules, secrets, clients), the
-// upstream agent, the OAuth logins and their refresher, approvals, the audit trail and metrics,
+// upstream agent, the OAuth logins (their clients and refresher: proxy/oauth-wiring.ts),
+// approvals, the audit trail and metrics,
 // then hands requests from the listener (proxy/listener/) to the pipeline (proxy/pipeline.ts);
 // create, listen, reload and close are its own.
 
