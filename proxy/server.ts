@@ -1,8 +1,8 @@
 // The broker: wiring and lifecycle. It builds the runtime (rules, secrets, clients), the
 // upstream agent, the OAuth logins (their clients and refresher: proxy/oauth-wiring.ts),
-// approvals, the audit trail and metrics,
-// then hands requests from the listener (proxy/listener/) to the pipeline (proxy/pipeline.ts);
-// create, listen, reload and close are its own.
+// approvals, the audit trail and metrics, then hands requests from the listener
+// (proxy/listener/) to the pipeline (proxy/pipeline.ts); create, listen, reload and close are
+// its own.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
