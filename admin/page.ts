@@ -504,7 +504,7 @@ export class AdminPage {
     }
     if (view === "actions") {
       const oauthProviders = [...this.#host.runtime.providers.values()]
-        .filter((p) => kindOf(p.rule).personLogins && p.rule.oauth?.grant === "device")
+        .filter((p) => p.rule.kind === "oauth_login" && p.rule.oauth.grant === "device")
         .map((p) => p.rule.id);
       frame = actionsFrame({ report, oauthProviders }, f);
     }

@@ -3,7 +3,7 @@
 import type { Agent } from "undici";
 import { isLoopbackHost } from "../rules/address.js";
 import { hostMatches } from "../rules/host-pattern.js";
-import { kindOf } from "../rules/kinds/index.js";
+import { isOAuthRule } from "../rules/kinds/index.js";
 import type { ProviderRule, Rules } from "../rules/types.js";
 import { createUpstreamAgent } from "./upstream.js";
 
@@ -29,9 +29,9 @@ export function allowsPrivate(rules: Rules, host: string, port: number): boolean
       p.allowPrivateUpstream &&
       (p.hosts.some((h) => hostMatches(h, host, port)) ||
         oauthTargets(p).has(`${host.replace(/^\[|\]$/g, "").toLowerCase()}:${port}`) ||
-        (kindOf(p).boundLogins &&
+        (p.kind === "mcp" &&
           isLoopbackHost(host.replace(/^\[|\]$/g, "")) &&
-          isLoopbackHost(new URL(p.mcp!.url).hostname.replace(/^\[|\]$/g, "")))),
+          isLoopbackHost(new URL(p.mcp.url).hostname.replace(/^\[|\]$/g, "")))),
   );
 }
 
@@ -41,7 +41,7 @@ const targets = new WeakMap<ProviderRule, ReadonlySet<string>>();
 function oauthTargets(p: ProviderRule): ReadonlySet<string> {
   let found = targets.get(p);
   if (found === undefined) {
-    const o = p.oauth;
+    const o = isOAuthRule(p) ? p.oauth : undefined;
     const urls = [o?.issuer, o?.deviceAuthorizationEndpoint, o?.tokenEndpoint, o?.revocationEndpoint];
     found = new Set(
       urls.flatMap((u) => {

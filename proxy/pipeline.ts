@@ -5,6 +5,9 @@
 //   before the list, in proxy/listener/: the client is authenticated (once per CONNECT, or per
 //   plain-HTTP and reverse-mode request: listener/client-auth.ts) and the target worked out:
 //   the CONNECT's origin, a reverse mount, or a plain-HTTP URL (listener/request-target.ts).
+//   These two are not stages because an exchange is made for a known client and target: a
+//   CONNECT is authenticated before any request exists, and a request refused there is
+//   answered without becoming an exchange, so it is not counted or audited as one.
 //
 //   request   limitClientRate → matchProvider → checkHostBinding → canonicalizePath
 //             → checkPlaceholders → checkRole → applyPolicy → requireAudit → planInjection

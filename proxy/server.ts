@@ -1,7 +1,8 @@
 // The broker: wiring and lifecycle. It builds the runtime (rules, secrets, clients), the
-// upstream agent, the OAuth logins and their refresher, approvals, the audit trail and metrics,
-// then hands requests from the listener (proxy/listener/) to the pipeline (proxy/pipeline.ts);
-// create, listen, reload and close are its own.
+// upstream agent, the OAuth logins (their clients and refresher: proxy/oauth-wiring.ts),
+// approvals, the audit trail and metrics, then hands requests from the listener
+// (proxy/listener/) to the pipeline (proxy/pipeline.ts); create, listen, reload and close are
+// its own.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
@@ -20,7 +21,6 @@ import { writeTrustBundle } from "../certs/bundle.js";
 import { type CertificateAuthority, loadOrCreateCa } from "../certs/ca.js";
 import { LeafMinter } from "../certs/leaf.js";
 import { removeBrokerRecord, writeBrokerRecord } from "../core/broker-records.js";
-import { authAddCommand } from "../core/hints.js";
 import { homeKey } from "../core/home.js";
 import type { Logger } from "../core/log.js";
 import { Notifier } from "../core/notify.js";
@@ -28,14 +28,10 @@ import { knownSecrets } from "../core/scrub.js";
 import { VERSION } from "../core/version.js";
 import { BrokerMetrics } from "../metrics/broker-metrics.js";
 import { MetricsEndpoint } from "../metrics/endpoint.js";
-import { kindOf } from "../rules/kinds/index.js";
-import type { ProviderRule, Rules } from "../rules/types.js";
+import type { Rules } from "../rules/types.js";
 import { OAuthLogins } from "../secrets/oauth/logins.js";
-import { bindingSecret, mcpClient } from "../secrets/oauth/mcp-login.js";
-import { OAuthClient } from "../secrets/oauth/oauth-client.js";
-import { Refresher } from "../secrets/oauth/refresher.js";
+import type { OAuthClient } from "../secrets/oauth/oauth-client.js";
 import { PoolState } from "../secrets/pool.js";
-import { fingerprintOf } from "../secrets/secret.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { openSharedState, type SharedState } from "../state/shared-state.js";
 import { accessLogFromEnv } from "./access-log.js";
@@ -46,6 +42,7 @@ import { http1Exchange } from "./listener/http1-exchange.js";
 import { HEALTH_PATH, Listener } from "./listener/listener.js";
 import type { Target } from "./listener/request-target.js";
 import { allowsPrivate } from "./oauth-agent.js";
+import { OAuthWiring } from "./oauth-wiring.js";
 import { Pipeline } from "./pipeline.js";
 import { Runtime } from "./runtime.js";
 import { Recorder } from "./stages/record.js";
@@ -102,7 +99,8 @@ export class Broker implements AdminHost {
   readonly approvals: Approvals;
   /** OAuth logins from the token store, followed as they change (SPEC §8). */
   readonly logins: OAuthLogins;
-  readonly #refresher: Refresher;
+  /** OAuth clients and the refresher of logins (proxy/oauth-wiring.ts). */
+  readonly #oauth: OAuthWiring;
   /** `notify: "cmd:…"`: told of events that need a person (SPEC §16). */
   readonly notifier: Notifier;
   /** Where marks and logins are shared: the home, or a fleet's Redis (SPEC §17). */
@@ -137,7 +135,16 @@ export class Broker implements AdminHost {
           ...(fingerprint === undefined ? {} : { fingerprint }),
         }),
     });
-    this.#refresher = this.#createRefresher();
+    this.#oauth = new OAuthWiring({
+      runtime: () => this.#rt,
+      agent: () => this.#agent,
+      logins: this.logins,
+      mcp: shared.mcp,
+      log: opts.log,
+      metrics: this.metrics,
+      notifier: this.notifier,
+      audit: (entry) => this.#audit?.record(entry),
+    });
     this.#setUpAuth(rt);
     this.approvals = new Approvals({
       onEvent: (e) =>
@@ -274,88 +281,20 @@ export class Broker implements AdminHost {
 
   #setUpAuth(rt: Runtime): void {
     rt.logins = this.logins;
-    rt.refresher = this.#refresher;
+    rt.refresher = this.#oauth.refresher;
     for (const p of rt.providers.values()) {
       const auth = createUpstreamAuth(p.rule, rt.resolver, () => this.#agent);
       if (auth !== undefined) rt.upstreamAuth.set(p.rule.id, auth);
     }
   }
 
-  /** The refresher of OAuth logins: the broker's agent, the current rules' clients, the audit log. */
-  #createRefresher(): Refresher {
-    const refresher = new Refresher({
-      logins: this.logins,
-      rule: (provider) => this.#rt.providers.get(provider)?.rule,
-      client: (provider) => this.oauthClient(provider),
-      loginClient: (provider, id) => {
-        const rule = this.#rt.providers.get(provider)?.rule;
-        return rule === undefined || !kindOf(rule).boundLogins ? undefined : this.#mcpClient(rule, id);
-      },
-      onEvent: (decision, login, detail) => {
-        const fingerprint = fingerprintOf(login.accessToken);
-        this.#audit?.record({
-          decision,
-          provider: login.provider,
-          credential: login.id,
-          fingerprint,
-          ...(detail === undefined ? {} : { reason: detail }),
-        });
-        if (decision === "reauth_required") {
-          const hint = authAddCommand(login.provider, login.id);
-          this.metrics.loginNeedsReauth(login.provider);
-          this.log.warn(
-            { provider: login.provider, credential: login.id },
-            `the OAuth login ${login.provider}/${login.id} needs a new login (${detail}): run ${hint}`,
-          );
-          // Once per login: only the write that marked it reports it, in whichever broker.
-          void this.notifier.notify({
-            event: "reauth_required",
-            provider: login.provider,
-            credential: login.id,
-            hint,
-          });
-        }
-      },
-      onRefresh: (provider, result) => this.metrics.refreshed(provider, result),
-      warn: (message) => this.log.warn(message),
-    });
-    this.logins.listen({
-      onHeld: (login, provider, id) =>
-        login === undefined ? refresher.unschedule(provider, id) : refresher.schedule(login),
-    });
-    return refresher;
-  }
-
-  readonly #oauthClients = new WeakMap<ProviderRule, OAuthClient>();
-
   /** The OAuth client of a provider with `oauth:` (one per rule set), on the broker's agent. */
   oauthClient(provider: string): OAuthClient | undefined {
-    const rule = this.#rt.providers.get(provider)?.rule;
-    // An MCP server's client belongs to each login (its binding): see #mcpClient.
-    if (rule === undefined || !kindOf(rule).poolOfLogins || kindOf(rule).boundLogins) return undefined;
-    let client = this.#oauthClients.get(rule);
-    if (client === undefined) {
-      const spec = rule.oauth!;
-      const resolver = this.#rt.resolver;
-      client = new OAuthClient(
-        provider,
-        spec,
-        () => this.#agent,
-        async () =>
-          spec.clientSecret === undefined
-            ? undefined
-            : (await resolver.resolve(spec.clientSecret)).secret?.reveal(),
-      );
-      this.#oauthClients.set(rule, client);
-    }
-    return client;
+    return this.#oauth.oauthClient(provider);
   }
 
-  async loginClient(provider: string, id: string): Promise<OAuthClient | undefined> {
-    const rule = this.#rt.providers.get(provider)?.rule;
-    return rule !== undefined && kindOf(rule).boundLogins
-      ? this.#mcpClient(rule, id)
-      : this.oauthClient(provider);
+  loginClient(provider: string, id: string): Promise<OAuthClient | undefined> {
+    return this.#oauth.loginClient(provider, id);
   }
 
   /** Records one audit line (for the admin API and page). */
@@ -371,24 +310,6 @@ export class Broker implements AdminHost {
   /** Reloads the rule file (set by `start`, which knows where it is); see reloadRejected. */
   reloadRules(): Promise<void> {
     return this.#opts.reloadRules?.() ?? Promise.reject(new Error("this broker has no rule file to reload"));
-  }
-
-  /**
-   * An MCP login's client: its binding, from the shared state (the home, or the fleet's Redis,
-   * where a Redis that does not answer fails this refresh as it fails taking the lock), read
-   * at refresh time only, off the request path.
-   */
-  async #mcpClient(rule: ProviderRule, id: string): Promise<OAuthClient | undefined> {
-    const store = this.sharedState.mcp;
-    const binding = await store.binding(rule.id, id);
-    if (binding === undefined) return undefined;
-    const spec = rule.oauth!;
-    const resolver = this.#rt.resolver;
-    const configured = async () =>
-      spec.clientSecret === undefined
-        ? undefined
-        : (await resolver.resolve(spec.clientSecret)).secret?.reveal();
-    return mcpClient(rule, binding, () => this.#agent, bindingSecret(binding, store, configured));
   }
 
   #allowsPrivate(rt: Runtime, host: string, port: number): boolean {
@@ -455,7 +376,7 @@ export class Broker implements AdminHost {
     this.approvals.close();
     this.launches.close();
     this.logins.close();
-    this.#refresher.close();
+    this.#oauth.close();
     this.pools.flush();
     await this.sharedState.close();
     await this.#audit?.close();

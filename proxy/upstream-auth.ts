@@ -40,16 +40,16 @@ export function createUpstreamAuth(
   // The one place a provider kind's signer is chosen (decision 132).
   switch (rule.kind) {
     case "google_service_account":
-      return googleServiceAccount(rule, rule.auth as GoogleServiceAccountAuth, resolver, dispatcher);
+      return googleServiceAccount(rule, rule.auth, resolver, dispatcher);
     case "aws_sigv4":
-      return awsSigV4(rule, rule.auth as AwsSigV4Auth, resolver);
+      return awsSigV4(rule, rule.auth, resolver);
     case "key_pool":
     case "oauth_login":
     case "client_credentials":
     case "mcp":
       return undefined;
     default:
-      return unhandledKind(rule.kind);
+      return unhandledKind(rule);
   }
 }
 

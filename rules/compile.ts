@@ -6,21 +6,24 @@ import { homedir } from "node:os";
 import { splitCommandLine } from "../core/command-line.js";
 import { hostPortKey, parseHostPort } from "./address.js";
 import { DEFAULT_PLACEHOLDER_PREFIX } from "./catalogue.js";
+import { camelCase, durationsInMs } from "./compiled-shape.js";
 import { absoluteCredentialRef, absolutePath } from "./credential-ref.js";
 import { effectiveProvider } from "./effective-provider.js";
 import { parseHostPattern } from "./host-pattern.js";
-import { kindOf } from "./kinds/index.js";
+import { kindOf, unhandledKind } from "./kinds/index.js";
 import { mergeProviders } from "./provider-defaults.js";
 import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import { OAUTH_AS_WRITTEN } from "./schema/oauth.js";
 import type {
+  AwsSigV4Auth,
   ClientRule,
+  GoogleServiceAccountAuth,
   InjectSpec,
   OAuthAsWritten,
   OAuthSpec,
   PolicyRule,
-  ProviderAuth,
   ProviderRule,
+  ProviderRuleBase,
   RedisStateConfig,
   Rules,
   SourcesConfig,
@@ -148,11 +151,7 @@ export const DEFAULT_TIMEOUTS: Timeouts = {
 
 /** Each `timeouts:` key given, in milliseconds, over its default (`keep_alive` → `keepAliveMs`). */
 function compileTimeouts(t: RuleFile["timeouts"] | undefined): Timeouts {
-  const given = Object.entries(t ?? {}).flatMap(([key, value]) => {
-    const ms = value === undefined ? undefined : parseDuration(value);
-    return ms === undefined ? [] : [[`${camelCase(key)}Ms`, ms]];
-  });
-  return { ...DEFAULT_TIMEOUTS, ...Object.fromEntries(given) };
+  return { ...DEFAULT_TIMEOUTS, ...durationsInMs(t) };
 }
 
 function compileListen(listen: RuleFile["listen"]): Rules["listen"] {
@@ -198,19 +197,20 @@ function compilePolicy(policy: ProviderInput["policy"]): PolicyRule[] {
   });
 }
 
-function compileAuth(auth: ProviderInput["auth"], ctx: Context): ProviderAuth | undefined {
-  if (auth === undefined) return undefined;
+function compileGoogleServiceAccount(auth: ProviderInput["auth"], ctx: Context): GoogleServiceAccountAuth {
   const ref = (r: string): string => absoluteCredentialRef(r, ctx.baseDir, ctx.userHome);
-  if (auth.google_service_account !== undefined) {
-    return {
-      kind: "google_service_account",
-      key: ref(auth.google_service_account),
-      ...(auth.scopes === undefined ? {} : { scopes: [...auth.scopes] }),
-      ...(auth.token_timeout === undefined ? {} : { tokenTimeoutMs: parseDuration(auth.token_timeout) }),
-    };
-  }
-  const aws = auth.aws_sigv4;
-  if (aws === undefined) return undefined;
+  return {
+    kind: "google_service_account",
+    key: ref(auth?.google_service_account ?? ""),
+    ...(auth?.scopes === undefined ? {} : { scopes: [...auth.scopes] }),
+    ...durationField("tokenTimeoutMs", auth?.token_timeout),
+  };
+}
+
+function compileAwsSigV4(auth: ProviderInput["auth"], ctx: Context): AwsSigV4Auth {
+  const aws = auth?.aws_sigv4;
+  if (aws === undefined) throw new Error("aws_sigv4 chosen without its block");
+  const ref = (r: string): string => absoluteCredentialRef(r, ctx.baseDir, ctx.userHome);
   return {
     kind: "aws_sigv4",
     region: aws.region,
@@ -230,9 +230,9 @@ function compileProvider(
 ): ProviderRule {
   // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
   const shape = effectiveProvider(id, given, catalogueEntry);
-  const { kind, mcp, env } = shape;
-  const input: ProviderInput =
-    mcp === undefined ? given : { ...given, credentials: [], oauth: given.oauth ?? {} };
+  const { kind, env } = shape;
+  // An MCP server's credentials are its logins, whatever a catalogue entry under it wrote.
+  const input: ProviderInput = kind === "mcp" ? { ...given, credentials: [] } : given;
   const prefix =
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
@@ -254,10 +254,7 @@ function compileProvider(
 
   const mount = shape.mount;
   const upstream = typeof shape.upstream === "string" ? shape.upstream.replace(/\/+$/, "") : undefined;
-  const auth = compileAuth(input.auth, ctx);
-  const oauth = input.oauth;
-
-  return {
+  const base: ProviderRuleBase = {
     id,
     kind,
     hosts: ((shape.hosts ?? []) as readonly string[]).map(parseHostPattern),
@@ -278,26 +275,42 @@ function compileProvider(
     policy: compilePolicy(input.policy),
     ...(mount === undefined ? {} : { mount }),
     ...(upstream === undefined ? {} : { upstream }),
-    ...(auth === undefined ? {} : { auth }),
-    ...(oauth === undefined ? {} : { oauth: compileOAuth(oauth, ctx, mcp !== undefined) }),
-    ...(mcp === undefined || input.mcp === undefined
-      ? {}
-      : {
-          mcp: {
-            url: input.mcp,
-            ...(input.oauth?.client_metadata_url === undefined
-              ? {}
-              : { clientMetadataUrl: input.oauth.client_metadata_url }),
-          },
-        }),
     allowPrivateUpstream: input.allow_private_upstream ?? false,
     ...durationField("timeoutMs", input.timeout),
     fromCatalogue,
   };
+  return withKind(base, input, ctx);
 }
 
-function camelCase(key: string): string {
-  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+/**
+ * The fields of the kind chosen (decision 132). The schema and the cross-checks have made sure
+ * the keys a kind needs are there, and that no other kind's keys are.
+ */
+function withKind(base: ProviderRuleBase, input: ProviderInput, ctx: Context): ProviderRule {
+  const kind = base.kind;
+  switch (kind) {
+    case "key_pool":
+      return { ...base, kind };
+    case "oauth_login":
+    case "client_credentials":
+      return { ...base, kind, oauth: compileOAuth(input.oauth ?? {}, ctx) };
+    case "mcp": {
+      const url = input.mcp ?? "";
+      const metadata = input.oauth?.client_metadata_url;
+      return {
+        ...base,
+        kind,
+        oauth: compileOAuth(input.oauth ?? {}, ctx, true),
+        mcp: { url, ...(metadata === undefined ? {} : { clientMetadataUrl: metadata }) },
+      };
+    }
+    case "google_service_account":
+      return { ...base, kind, auth: compileGoogleServiceAccount(input.auth, ctx) };
+    case "aws_sigv4":
+      return { ...base, kind, auth: compileAwsSigV4(input.auth, ctx) };
+    default:
+      return unhandledKind(kind);
+  }
 }
 
 export const DEFAULT_OAUTH_MAX_RESPONSE_BYTES = 1024 * 1024;
@@ -368,15 +381,7 @@ function compileSources(sources: SourcesInput | undefined, ctx: Context): Source
             ...durationField("graceMs", infisical.grace),
           },
         }),
-    ...(cmd === undefined
-      ? {}
-      : {
-          cmd: {
-            ...durationField("timeoutMs", cmd.timeout),
-            ...durationField("ttlMs", cmd.ttl),
-            ...durationField("graceMs", cmd.grace),
-          },
-        }),
+    ...(cmd === undefined ? {} : { cmd: durationsInMs(cmd) }),
   };
 }
 

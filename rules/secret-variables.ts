@@ -3,7 +3,7 @@
 // its own rules and blanks them in its initial environment, `check --exposure` looks for them.
 
 import { parseRef } from "./credential-ref.js";
-import { kindOf } from "./kinds/index.js";
+import { isOAuthRule, kindOf } from "./kinds/index.js";
 import type { Rules } from "./types.js";
 
 /**
@@ -23,7 +23,7 @@ export function secretRefs(rules: Rules): string[] {
     // provider (decision 122).
     for (const name of provider.placeholder.env) add(name);
     kindOf(provider).signingRefs(provider).forEach(add);
-    add(provider.oauth?.clientSecret);
+    if (isOAuthRule(provider)) add(provider.oauth.clientSecret);
   }
   for (const client of rules.clients) add(client.token);
   add(rules.sources.infisical?.clientId);

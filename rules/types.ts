@@ -2,12 +2,29 @@
 // has been parsed, validated and normalized. Everything the proxy needs is here, already
 // checked, so the request path never re-validates.
 
-import type * as z from "zod";
+//
+// Where a section's compiled form is its keys as written (camel-cased, durations in ms), its
+// type is derived from the schema (rules/schema/) through compiled-shape.ts, so a key is defined
+// once; the fields written out here are those the compiler really transforms.
+
+import type { AsWritten, InMs, Listed } from "./compiled-shape.js";
 import type { ProviderKindName } from "./kinds/kind.js";
-import type { timeoutsSchema } from "./schema/file.js";
+import type { ClientInput, ProviderInput, RuleFile, SourcesInput } from "./schema/index.js";
 import type { OAUTH_AS_WRITTEN, OAuthInput } from "./schema/oauth.js";
 
-type TimeoutsInput = z.infer<typeof timeoutsSchema>;
+type PoolInput = NonNullable<ProviderInput["pool"]>;
+type InfisicalInput = NonNullable<SourcesInput["infisical"]>;
+type ApprovalsInput = NonNullable<RuleFile["approvals"]>;
+type AuditInput = NonNullable<RuleFile["audit"]>;
+type AuthInput = NonNullable<ProviderInput["auth"]>;
+type InjectInput = NonNullable<ProviderInput["inject"]>;
+type HeadersInput = NonNullable<ProviderInput["headers"]>;
+type PlaceholderInput = NonNullable<ProviderInput["placeholder"]>;
+type PolicyRuleInput = NonNullable<ProviderInput["policy"]>[number];
+type PolicyMatcherInput = NonNullable<PolicyRuleInput["deny"]>;
+type AwsInput = NonNullable<AuthInput["aws_sigv4"]>;
+/** `state:` written as a map (a bare URL compiles to the same). */
+type RedisStateInput = Extract<NonNullable<RuleFile["state"]>, object>;
 
 /** A host pattern after normalization: `api.openai.com` or a wildcard `*.openai.azure.com`. */
 export interface HostPattern {
@@ -21,99 +38,88 @@ export interface HostPattern {
   readonly port: number;
 }
 
-/** Where the real secret goes in a request. */
-export interface InjectSpec {
-  /** Header names (lower-case) whose values may carry the placeholder. */
-  readonly headers: readonly string[];
-  /** A query parameter whose value may carry the placeholder. */
-  readonly query?: string;
-  /** Swap the placeholder inside the decoded credentials of `Authorization: Basic`. */
-  readonly basic?: { readonly username?: string };
-  /**
-   * How keybroker builds the header value itself (reverse mode): `{secret}` is replaced.
-   * Default `Bearer {secret}` for authorization, `{secret}` otherwise.
-   */
-  readonly format?: string;
-}
+/**
+ * Where the real secret goes in a request: `headers`, the header names (lower-case, from
+ * `header`) whose values may carry the placeholder (`authorization` when no injection point is
+ * written); as written, the `query` parameter that may carry it, `basic` (swap it inside the
+ * decoded credentials of `Authorization: Basic`) and `format`, how keybroker builds the header
+ * value itself in reverse mode (`{secret}` is replaced; default `Bearer {secret}` for
+ * authorization, `{secret}` otherwise).
+ */
+export type InjectSpec = { readonly headers: readonly string[] } & Partial<
+  AsWritten<InjectInput, "query" | "basic" | "format">
+>;
 
-export type PoolStrategy = "fill_first" | "round_robin" | "least_used";
+export type PoolStrategy = NonNullable<PoolInput["strategy"]>;
 
-export interface PolicyRule {
-  readonly action: "deny" | "approve";
-  /** Upper-case methods; empty = any. */
+/**
+ * One `deny:` or `approve:` rule. `roles` and `clients` as written, made lists: only clients with
+ * one of these roles, or these clients (unset = every client); approve's `timeoutMs`, how long a
+ * held request waits (unset = `approvals.timeoutMs`). The rest is renamed as it compiles.
+ */
+export type PolicyRule = Partial<
+  Listed<PolicyMatcherInput, "roles" | "clients"> & InMs<PolicyMatcherInput, "timeout">
+> & {
+  readonly action: keyof PolicyRuleInput;
+  /** `method`, upper-case; empty = any. */
   readonly methods: readonly string[];
-  /** Path globs (micromatch), matched against the canonical path without the query; empty = any. */
+  /** `path`: globs (micromatch), matched against the canonical path without the query; empty = any. */
   readonly paths: readonly string[];
   /** `case: insensitive`: the paths match whatever the letters' case (an API that ignores it). */
   readonly ignoreCase?: true;
-  /** Only clients with one of these roles; unset = every client. */
-  readonly roles?: readonly Role[];
-  /** Only these clients; unset = every client. */
-  readonly clients?: readonly string[];
   /** `launch:` only `run --isolate` launches of these commands (base names); unset = anyone. */
   readonly launches?: readonly string[];
-  /** approve: how long a held request waits; unset = `approvals.timeoutMs`. */
-  readonly timeoutMs?: number;
-}
+};
 
 /** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
-export type Role = "owner" | "admin" | "user" | "guest";
+export type Role = NonNullable<ClientInput["role"]>;
 
-export interface GoogleServiceAccountAuth {
+/**
+ * `auth: { google_service_account }`: `key` is the key file's credential reference; `scopes` as
+ * written; `tokenTimeoutMs`, how long the token endpoint may take (unset = 15 s).
+ */
+export type GoogleServiceAccountAuth = {
   readonly kind: "google_service_account";
   readonly key: string;
-  readonly scopes?: readonly string[];
-  /** How long the token endpoint may take; default 15 s. */
-  readonly tokenTimeoutMs?: number;
-}
+} & Partial<AsWritten<AuthInput, "scopes"> & InMs<AuthInput, "token_timeout">>;
 
-export interface AwsSigV4Auth {
-  readonly kind: "aws_sigv4";
-  readonly region: string;
-  readonly service: string;
-  readonly accessKeyId: string;
-  readonly secretAccessKey: string;
-  readonly sessionToken?: string;
-}
+/** `auth: { aws_sigv4 }` as written; the keys' parts are credential references. */
+export type AwsSigV4Auth = { readonly kind: "aws_sigv4" } & AsWritten<
+  AwsInput,
+  "region" | "service" | "access_key_id" | "secret_access_key"
+> &
+  Partial<AsWritten<AwsInput, "session_token">>;
 
 export type ProviderAuth = GoogleServiceAccountAuth | AwsSigV4Auth;
 
-export type OAuthGrant = "device" | "pkce" | "client_credentials";
-
-/** `device_authorization_endpoint` → `deviceAuthorizationEndpoint`. */
-type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}`
-  ? `${Head}${Capitalize<CamelCase<Tail>>}`
-  : S;
+export type OAuthGrant = NonNullable<OAuthInput["grant"]>;
 
 /**
  * The `oauth:` keys compiled as written, only camel-cased: the issuer (RFC 8414: endpoints not
  * listed are discovered from its metadata), the endpoints, the redirect URI. Their type is the
  * schema's (rules/schema/oauth.ts), their list is compile.ts's `OAUTH_AS_WRITTEN`.
  */
-export type OAuthAsWritten = {
-  readonly [K in (typeof OAUTH_AS_WRITTEN)[number] as CamelCase<K>]?: NonNullable<OAuthInput[K]>;
-};
+export type OAuthAsWritten = Partial<AsWritten<OAuthInput, (typeof OAUTH_AS_WRITTEN)[number]>>;
 
-/** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
-export interface OAuthSpec extends OAuthAsWritten {
-  /** The grant `auth add` uses (or, for client_credentials, the broker itself). */
-  readonly grant: OAuthGrant;
-  /** The client's id; "" for an MCP server without one configured (registered at login). */
-  readonly clientId: string;
-  /** Credential reference of the client secret (confidential clients). */
-  readonly clientSecret?: string;
-  /** How the client secret is sent; `none` for a public client. */
-  readonly clientAuth: "client_secret_basic" | "client_secret_post" | "none";
-  readonly scopes: readonly string[];
-  readonly authorizeParams: Readonly<Record<string, string>>;
-  readonly tokenParams: Readonly<Record<string, string>>;
-  /** Headers set on every request to the authorization server. */
-  readonly tokenHeaders: Readonly<Record<string, string>>;
-  /** Cap on every answer read from the authorization server. */
-  readonly maxResponseBytes: number;
-  /** Time limit of every request to the authorization server. */
-  readonly tokenTimeoutMs: number;
-}
+/**
+ * SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. Besides the
+ * keys as written: `grant`, the one `auth add` uses (or, for client_credentials, the broker
+ * itself), chosen from the endpoints when not written; `scopes` and the extra parameters, empty
+ * when not written; `tokenHeaders`, set on every request to the authorization server (names
+ * lower-cased); `clientId`, "" for an MCP server without one (registered at login);
+ * `clientSecret`, a credential reference (confidential clients); `clientAuth`, how it is sent,
+ * `none` for a public client; the cap on every answer read from the authorization server
+ * (`maxResponseBytes`) and the time limit of every request to it (`tokenTimeoutMs`).
+ */
+export type OAuthSpec = OAuthAsWritten &
+  AsWritten<
+    OAuthInput,
+    "grant" | "client_id" | "scopes" | "authorize_params" | "token_params" | "token_headers"
+  > &
+  Partial<AsWritten<OAuthInput, "client_secret">> & {
+    readonly clientAuth: NonNullable<OAuthInput["client_auth"]> | "none";
+    readonly maxResponseBytes: number;
+  } & InMs<OAuthInput, "token_timeout">;
 
 /** SPEC §15: a remote MCP server keybroker logs in to and injects the access token for. */
 export interface McpSpec {
@@ -123,7 +129,8 @@ export interface McpSpec {
   readonly clientMetadataUrl?: string;
 }
 
-export interface ProviderRule {
+/** What every provider has, whatever its kind. */
+export interface ProviderRuleBase {
   readonly id: string;
   /** How it authenticates, chosen once at compile (decision 132): ask `kindOf(rule)` what that means. */
   readonly kind: ProviderKindName;
@@ -136,35 +143,30 @@ export interface ProviderRule {
    * variable) has no value: the placeholder variable's aliases (decision 122).
    */
   readonly credentialAliases: readonly string[];
-  readonly pool: {
-    readonly strategy: PoolStrategy;
-    /** `client`: keep each client on the credential it used last while that one has quota. */
-    readonly affinity?: "client";
-    /** Bytes of request body buffered for a retry on another credential; unset = the default (4 MiB). */
-    readonly retryBodyLimit?: number;
-    /** Cooldown after a quota response that gave no reset time; unset = the pool's default. */
-    readonly cooldownMs?: number;
-  };
-  readonly headers: {
-    readonly set: Readonly<Record<string, string>>;
-    readonly remove: readonly string[];
-  };
-  readonly placeholder: {
-    /** The environment variables `run`/`env` set to the placeholder, the main one first. */
-    readonly env: readonly string[];
-    readonly prefix: string;
-    /** A fixed placeholder instead of the derived one. */
-    readonly value?: string;
-  };
+  /**
+   * `strategy` (default fill_first); `affinity: client` keeps each client on the credential it
+   * used last while that one has quota; `retryBodyLimit`, bytes of request body buffered for a
+   * retry on another credential (unset = 4 MiB); `cooldownMs` after a quota response that gave no
+   * reset time (unset = the pool's default).
+   */
+  readonly pool: AsWritten<PoolInput, "strategy"> &
+    Partial<AsWritten<PoolInput, "affinity"> & InMs<PoolInput, "cooldown">> & {
+      readonly retryBodyLimit?: number;
+    };
+  /** `headers: set/remove` as written, names lower-cased, each empty when not written. */
+  readonly headers: AsWritten<HeadersInput>;
+  /**
+   * `prefix` (the entry's, the catalogue's, else `kb-`) and `value` (a fixed placeholder instead
+   * of the derived one) as written; `env`, the environment variables `run`/`env` set to the
+   * placeholder, the main one first (decision 122).
+   */
+  readonly placeholder: AsWritten<PlaceholderInput, "prefix"> &
+    Partial<AsWritten<PlaceholderInput, "value">> & { readonly env: readonly string[] };
   readonly policy: readonly PolicyRule[];
   /** Reverse endpoint, e.g. `/p/vertex` (no trailing slash). */
   readonly mount?: string;
   /** Upstream for reverse mode: an origin with an optional base path, e.g. `https://openrouter.ai/api`. */
   readonly upstream?: string;
-  readonly auth?: ProviderAuth;
-  /** For an MCP server: the `pkce` grant, with what the rule file's `oauth:` overrides. */
-  readonly oauth?: OAuthSpec;
-  readonly mcp?: McpSpec;
   /** The provider may reach upstream addresses in loopback/private ranges. */
   readonly allowPrivateUpstream: boolean;
   /** Upstream silence allowed for this provider; unset = `timeouts.upstream`. */
@@ -173,42 +175,88 @@ export interface ProviderRule {
   readonly fromCatalogue: boolean;
 }
 
-export interface ClientRule {
-  readonly name: string;
-  /** Credential reference of the client's token, if it has one. */
-  readonly token?: string;
-  /** `"*"` or the provider ids the client may use. */
-  readonly providers: "*" | readonly string[];
-  readonly role: Role;
-  /** `limits.rpm`: requests per minute at most; unset = no cap. */
-  readonly rpm?: number;
+/** A pool of keys from credential references (SPEC §5). */
+export interface KeyPoolRule extends ProviderRuleBase {
+  readonly kind: "key_pool";
 }
+
+/** Logins a person makes with `auth add` (device code or PKCE, SPEC §8). */
+export interface OAuthLoginRule extends ProviderRuleBase {
+  readonly kind: "oauth_login";
+  readonly oauth: OAuthSpec;
+}
+
+/** A token the broker fetches itself from client_id and client_secret (SPEC §8). */
+export interface ClientCredentialsRule extends ProviderRuleBase {
+  readonly kind: "client_credentials";
+  readonly oauth: OAuthSpec;
+}
+
+/** A remote MCP server (SPEC §15): the `pkce` grant, with what the rule file's `oauth:` overrides. */
+export interface McpRule extends ProviderRuleBase {
+  readonly kind: "mcp";
+  readonly oauth: OAuthSpec;
+  readonly mcp: McpSpec;
+}
+
+/** A Google service account: a token minted from the key authorizes each request last (SPEC §9). */
+export interface GoogleServiceAccountRule extends ProviderRuleBase {
+  readonly kind: "google_service_account";
+  readonly auth: GoogleServiceAccountAuth;
+}
+
+/** AWS Signature V4: each request is signed last (SPEC §9). */
+export interface AwsSigV4Rule extends ProviderRuleBase {
+  readonly kind: "aws_sigv4";
+  readonly auth: AwsSigV4Auth;
+}
+
+/**
+ * A compiled provider, one shape per kind (decision 132): `switch (rule.kind)` narrows to the
+ * fields that kind has, so nothing asks which of `auth`, `oauth` or `mcp` is set.
+ */
+export type ProviderRule =
+  | KeyPoolRule
+  | OAuthLoginRule
+  | ClientCredentialsRule
+  | McpRule
+  | GoogleServiceAccountRule
+  | AwsSigV4Rule;
+
+/** The kinds that log in with OAuth: their pool is logins, their `oauth` is set. */
+export type OAuthRule = OAuthLoginRule | ClientCredentialsRule | McpRule;
+
+/** The kinds a signer authorizes last. */
+export type SignedRule = GoogleServiceAccountRule | AwsSigV4Rule;
+
+/**
+ * A client: its name, its token's credential reference if it has one, `"*"` or the provider ids
+ * it may use (default `"*"`), its role (default user), `limits.rpm` as `rpm` (unset = no cap).
+ */
+export type ClientRule = { readonly name: string } & Partial<AsWritten<ClientInput, "token">> &
+  AsWritten<ClientInput, "providers" | "role"> &
+  Partial<AsWritten<NonNullable<ClientInput["limits"]>>>;
 
 export type SourceName = "infisical" | "dotenv" | "env" | "file" | "cmd";
 
-export interface InfisicalConfig {
-  readonly siteUrl: string;
-  readonly projectId: string;
-  readonly environment: string;
-  readonly path: string;
-  readonly clientId: string;
-  readonly clientSecret: string;
-  readonly ttlMs: number;
-  /** The longest a lookup waits for Infisical; unset = the default (5 s). */
-  readonly timeoutMs?: number;
-  /** How long the last value is still served once Infisical fails; unset = the default (10 min). */
-  readonly graceMs?: number;
-}
+/**
+ * `sources.infisical`: the keys as written, with `siteUrl` (default Infisical's cloud, no
+ * trailing slash), `path` (default `/`) and the machine identity's `clientId` and `clientSecret`
+ * (credential references; default `env:INFISICAL_CLIENT_ID`/`_SECRET`) filled in; `ttlMs` (default
+ * 1 min); `timeoutMs`, the longest a lookup waits (unset = 5 s); `graceMs`, how long the last
+ * value is still served once Infisical fails (unset = 10 min).
+ */
+export type InfisicalConfig = AsWritten<InfisicalInput, "site_url" | "project_id" | "environment" | "path"> &
+  AsWritten<NonNullable<InfisicalInput["auth"]>> &
+  InMs<InfisicalInput, "ttl"> &
+  Partial<InMs<InfisicalInput, "timeout" | "grace">>;
 
-/** `sources.cmd`: how `cmd:` references run and how long their output is reused. */
-export interface CmdConfig {
-  /** The command is stopped after this long; unset = the default (10 s). */
-  readonly timeoutMs?: number;
-  /** unset = the default (5 min). */
-  readonly ttlMs?: number;
-  /** How long the last value is still served once the command fails; unset = 10 min. */
-  readonly graceMs?: number;
-}
+/**
+ * `sources.cmd`: how `cmd:` references run and how long their output is reused, each unset for
+ * its default: `timeoutMs` (the command is stopped, 10 s), `ttlMs` (5 min), `graceMs` (how long
+ * the last value is still served once the command fails, 10 min).
+ */
+export type CmdConfig = Partial<InMs<NonNullable<SourcesInput["cmd"]>>>;
 
 export interface SourcesConfig {
   /** The lookup chain for bare names; the environment is always appended as last resort. */
@@ -244,22 +292,18 @@ export interface Rules {
    * Requests held by `approve` rules: how long they wait by default, and how many (and how many
    * bytes of body) this broker holds at once.
    */
-  readonly approvals: { readonly timeoutMs: number; readonly maxPending: number; readonly maxBytes: number };
-  /** The audit log: on by default, rotated at `maxBytes`, `keep` rotated files. */
-  readonly audit: {
-    readonly enabled: boolean;
-    readonly maxBytes: number;
-    readonly keep: number;
-    /** Refuse to inject (503 audit_unavailable) while the audit log cannot be written. */
-    readonly require: boolean;
-  };
+  readonly approvals: InMs<ApprovalsInput, "timeout"> &
+    AsWritten<ApprovalsInput, "max_pending"> & { readonly maxBytes: number };
+  /**
+   * The audit log: on by default, rotated at `maxBytes`, `keep` rotated files; `require` refuses
+   * to inject (503 audit_unavailable) while the audit log cannot be written.
+   */
+  readonly audit: AsWritten<AuditInput, "enabled" | "keep" | "require"> & { readonly maxBytes: number };
   /** Scrub echoes of credentials from responses (on unless a benchmark turns it off). */
   readonly scrubResponses: boolean;
   readonly timeouts: Timeouts;
-  readonly limits: {
-    /** Open client connections at most; unset = derived from the process's fd limit. */
-    readonly connections?: number;
-  };
+  /** `connections`: open client connections at most; unset = derived from the process's fd limit. */
+  readonly limits: Partial<AsWritten<NonNullable<RuleFile["limits"]>>>;
   /** `log.access`: one log line per request (also KEYBROKER_ACCESS_LOG=1). */
   readonly accessLog: boolean;
   /** `notify: "cmd:…"` as an argv; unset when the rule file has none (SPEC §16). */
@@ -269,19 +313,14 @@ export interface Rules {
 }
 
 /** A fleet's Redis: its URL (no password), the password's credential reference, the key prefix. */
-export interface RedisStateConfig {
-  readonly kind: "redis";
-  readonly url: string;
-  readonly password?: string;
-  readonly prefix: string;
-  /** rediss:// only: the rule file's `upstream_ca` files, trusted besides the system's roots. */
-  readonly ca?: readonly string[];
-}
+export type RedisStateConfig = { readonly kind: "redis" } & AsWritten<RedisStateInput, "url" | "prefix"> &
+  Partial<AsWritten<RedisStateInput, "password">> & {
+    /** rediss:// only: the rule file's `upstream_ca` files, trusted besides the system's roots. */
+    readonly ca?: readonly string[];
+  };
 
 /**
  * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
  * of `timeouts:` (what each is: rules/schema/file.ts), `tunnel_idle` → `tunnelIdleMs`.
  */
-export type Timeouts = {
-  readonly [K in keyof TimeoutsInput & string as `${CamelCase<K>}Ms`]: number;
-};
+export type Timeouts = InMs<NonNullable<RuleFile["timeouts"]>>;

@@ -6,7 +6,7 @@
 // whose own files cannot be known here.
 import { dirname, isAbsolute, resolve } from "node:path";
 import { absolutePath, parseRef } from "../rules/credential-ref.js";
-import { kindOf } from "../rules/kinds/index.js";
+import { isOAuthRule, kindOf } from "../rules/kinds/index.js";
 import type { Rules } from "../rules/types.js";
 import { dotenvCandidates } from "./sources.js";
 
@@ -14,7 +14,11 @@ import { dotenvCandidates } from "./sources.js";
 function references(rules: Rules): string[] {
   const refs: (string | undefined)[] = [];
   for (const p of rules.providers) {
-    refs.push(...p.credentials, p.oauth?.clientSecret, ...kindOf(p).signingRefs(p));
+    refs.push(
+      ...p.credentials,
+      isOAuthRule(p) ? p.oauth.clientSecret : undefined,
+      ...kindOf(p).signingRefs(p),
+    );
   }
   for (const c of rules.clients) refs.push(c.token);
   refs.push(rules.sources.infisical?.clientId, rules.sources.infisical?.clientSecret);

@@ -7,7 +7,7 @@ import { UserError } from "../../core/errors.js";
 import { knownSecrets } from "../../core/scrub.js";
 import { createOAuthAgent } from "../../proxy/oauth-agent.js";
 import { kindOf } from "../../rules/kinds/index.js";
-import type { ProviderRule, Rules } from "../../rules/types.js";
+import type { OAuthRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
 import { deviceLogin } from "../../secrets/oauth/device-login.js";
 import { bindingSecret, mcpClient, mcpLogin } from "../../secrets/oauth/mcp-login.js";
@@ -34,10 +34,10 @@ export interface AddOptions {
 function oauthClient(
   ctx: Context,
   rules: Rules,
-  rule: ProviderRule,
+  rule: OAuthRule,
   bound?: { binding: McpBinding; store: McpStore },
 ): { client: OAuthClient; close: () => void; secret: () => Promise<string | undefined>; agent: Agent } {
-  const spec = rule.oauth!;
+  const spec = rule.oauth;
   const agent = createOAuthAgent(rules);
   const resolver = localResolver(ctx, rules);
   const secret = async () =>
@@ -97,10 +97,10 @@ async function auditWithoutBroker(
 export async function addLogin(
   ctx: Context,
   rules: Rules,
-  rule: ProviderRule,
+  rule: OAuthRule,
   opts: AddOptions,
 ): Promise<number> {
-  const spec = rule.oauth!;
+  const spec = rule.oauth;
   const label = checkLabel(opts.label ?? DEFAULT_LABEL);
   const flow = opts.flow ?? spec.grant;
   if (flow !== "device" && flow !== "pkce") {
@@ -134,7 +134,7 @@ export async function addLogin(
       ...(opts.noBrowser ? {} : { openBrowser }),
     };
     let tokens: Tokens;
-    if (kindOf(rule).boundLogins) {
+    if (rule.kind === "mcp") {
       // SPEC §15: discovered at the server; the binding is stored before the login it belongs to.
       const made = await mcpLogin(rule, {
         ...pkce,
@@ -179,7 +179,7 @@ export async function addLogin(
 export async function removeLogin(
   ctx: Context,
   rules: Rules,
-  rule: ProviderRule,
+  rule: OAuthRule,
   credential: string | undefined,
 ): Promise<number> {
   if (credential === undefined) {
@@ -197,7 +197,7 @@ async function removeFrom(
   { store, mcp }: { store: TokenStore; mcp: McpStore },
   ctx: Context,
   rules: Rules,
-  rule: ProviderRule,
+  rule: OAuthRule,
   credential: string,
 ): Promise<number> {
   const login = await store.get(rule.id, credential);

@@ -1,5 +1,5 @@
 import { UserError } from "../../core/errors.js";
-import { kindOf } from "../../rules/kinds/index.js";
+import { isOAuthRule, kindOf } from "../../rules/kinds/index.js";
 import type { Rules } from "../../rules/types.js";
 import { PoolState } from "../../secrets/pool.js";
 import { openSharedState } from "../../state/shared-state.js";
@@ -70,7 +70,7 @@ ${COMMON_HELP}`,
       );
     }
     if (action === "add") {
-      if (kindOf(rule).poolOfLogins) {
+      if (isOAuthRule(rule)) {
         return addLogin(ctx, rules, rule, {
           label: values.label,
           flow: values.flow,
@@ -88,7 +88,7 @@ ${COMMON_HELP}`,
       return 0;
     }
     if (action === "remove") {
-      if (!kindOf(rule).poolOfLogins) {
+      if (!isOAuthRule(rule)) {
         throw new UserError(
           `${provider} uses API keys, which keybroker does not store: remove the key where it is set`,
         );

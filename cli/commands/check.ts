@@ -7,7 +7,7 @@ import { parseRef } from "../../rules/credential-ref.js";
 import { formatProblem, RuleFileError } from "../../rules/errors.js";
 import { kindOf, unhandledKind } from "../../rules/kinds/index.js";
 import { derivedEnvName, isOAuthOnly } from "../../rules/provider-defaults.js";
-import type { ProviderRule, Rules } from "../../rules/types.js";
+import type { ClientCredentialsRule, ProviderRule, Rules } from "../../rules/types.js";
 import { DotenvSource } from "../../secrets/dotenv-source.js";
 import {
   type Attempt,
@@ -272,26 +272,26 @@ async function reportProvider(
         isOAuthOnly(rule.id) ? `; it never reads ${derivedEnvName(rule.id)} or any other API key` : "",
       );
     case "mcp":
-      return reportLogins(rule, home, out, ` (MCP server ${rule.mcp?.url})`);
+      return reportLogins(rule, home, out, ` (MCP server ${rule.mcp.url})`);
     case "google_service_account":
     case "aws_sigv4":
       return reportServiceAccount(rule, rules, resolver, out);
     case "key_pool":
       return reportKeyPool(p, rules, out);
     default:
-      return unhandledKind(rule.kind);
+      return unhandledKind(rule);
   }
 }
 
 /** No login: the broker fetches the token from client_id and client_secret. */
 async function reportClientCredentials(
-  rule: ProviderRule,
+  rule: ClientCredentialsRule,
   rules: Rules,
   resolver: SecretResolver,
   out: (line: string) => void,
 ): Promise<Report> {
   const id = rule.id;
-  const spec = rule.oauth!;
+  const spec = rule.oauth;
   const r = await resolver.resolve(spec.clientSecret!);
   out(
     `${id}: ${r.secret === undefined ? "NO CREDENTIAL" : "OAuth client credentials"} (client_id ${spec.clientId})`,

@@ -1,6 +1,7 @@
 // Response stage: a quota or rejection answer marks only the credential that got it (SPEC §7).
 // The mark is on disk before the request is retried and before the answer goes out.
 import type { Logger } from "../../core/log.js";
+import { kindOf } from "../../rules/kinds/index.js";
 import { classify } from "../../secrets/quota.js";
 import type { Exchange } from "../exchange.js";
 import type { HeldResponse } from "../forward.js";
@@ -27,7 +28,7 @@ export function bookkeep(x: Exchange, held: HeldResponse, log: Logger, onEvent: 
   // The reason quotes the upstream's error type: kept in the marks, shown in pool_exhausted.
   const verdict = { ...classified, reason: scrubText(x.rt.scrubPatterns(x), classified.reason) };
   const provider = x.provider!.rule;
-  if (provider.auth !== undefined) return false;
+  if (kindOf(provider).signed) return false;
   const id = x.secret.id;
   if (verdict.kind === "usage_limit") {
     const until = verdict.until ?? Date.now() + (provider.pool.cooldownMs ?? DEFAULT_COOLDOWN_MS);

@@ -1,11 +1,12 @@
 // AWS Signature V4 (SPEC §9): the broker signs each request, body hash included, with the
 // access key, after every other change to the request.
-import type { AwsSigV4Auth, ProviderRule } from "../types.js";
+import type { ProviderRule } from "../types.js";
 import type { ProviderKind } from "./kind.js";
 import { signerKind } from "./signer.js";
 
 function parts(rule: ProviderRule): readonly string[] {
-  const auth = rule.auth as AwsSigV4Auth;
+  if (rule.kind !== "aws_sigv4") return [];
+  const auth = rule.auth;
   return [
     auth.accessKeyId,
     auth.secretAccessKey,

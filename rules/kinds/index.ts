@@ -1,4 +1,6 @@
 // The provider kinds (decision 132): one file each, chosen once when the rules compile.
+
+import type { OAuthRule, ProviderRule } from "../types.js";
 import { awsSigV4 } from "./aws-sigv4.js";
 import { clientCredentials } from "./client-credentials.js";
 import { googleServiceAccount } from "./google-service-account.js";
@@ -29,7 +31,15 @@ export function kindOf(rule: { readonly kind: ProviderKindName }): ProviderKind 
   return KINDS[rule.kind];
 }
 
-/** The kind of an entry as written (a catalogue entry, or the raw file's for the cross-checks). */
+/**
+ * Whether the rule's kind logs in with OAuth (its pool is logins): narrows it to the kinds
+ * whose compiled rule carries `oauth`.
+ */
+export function isOAuthRule(rule: ProviderRule): rule is OAuthRule {
+  return kindOf(rule).poolOfLogins;
+}
+
+/** The kind of an entry as written (a catalogue entry, before it compiles). */
 export function kindOfEntry(entry: KindKeys): ProviderKind {
   return KINDS[chooseKind(entry)];
 }

@@ -3,6 +3,7 @@
 // that needs to know asks the kind (`kindOf(rule)` in index.ts) instead of looking at which of
 // `auth`, `oauth` and `mcp` the rule file wrote. Behaviour that needs the secrets code (minting
 // a token, signing a request) lives there, in one exhaustive switch on `rule.kind` per concern.
+import type { ProviderInput } from "../schema/index.js";
 import type { ProviderRule } from "../types.js";
 
 /** The six kinds, as `check --json` and the decision log name them. */
@@ -57,37 +58,27 @@ export interface ProviderKind {
   statusNote(rule: ProviderRule): string | undefined;
 }
 
-/**
- * The rule-file keys that choose a kind, as an entry (merged with its catalogue entry) writes
- * them. Read defensively: the cross-checks pass raw YAML.
- */
-export interface KindKeys {
-  readonly mcp?: unknown;
-  readonly oauth?: unknown;
-  readonly auth?: unknown;
-}
-
-function has(value: unknown, key: string): boolean {
-  return typeof value === "object" && value !== null && (value as Record<string, unknown>)[key] !== undefined;
-}
+/** The rule-file keys that choose a kind, as an entry (merged with its catalogue entry) writes them. */
+export type KindKeys = Pick<ProviderInput, "mcp" | "oauth" | "auth">;
 
 /** The one place a provider's kind is read from the rule file's keys. */
 export function chooseKind(entry: KindKeys): ProviderKindName {
   if (entry.mcp !== undefined) return "mcp";
   if (entry.oauth !== undefined) {
-    return has(entry.oauth, "grant") && (entry.oauth as { grant: unknown }).grant === "client_credentials"
-      ? "client_credentials"
-      : "oauth_login";
+    return entry.oauth.grant === "client_credentials" ? "client_credentials" : "oauth_login";
   }
-  if (has(entry.auth, "google_service_account")) return "google_service_account";
-  if (has(entry.auth, "aws_sigv4")) return "aws_sigv4";
+  if (entry.auth?.google_service_account !== undefined) return "google_service_account";
+  if (entry.auth?.aws_sigv4 !== undefined) return "aws_sigv4";
   return "key_pool";
 }
 
 /**
- * The `default:` of a `switch (rule.kind)`: a kind the switch forgot is a type error here, and
- * an error at run time if it ever got through.
+ * The `default:` of a `switch (rule.kind)` (given the rule, or the kind when the switch is on a
+ * name): a kind the switch forgot is a type error here, and an error at run time if it ever got
+ * through.
  */
-export function unhandledKind(kind: never): never {
+export function unhandledKind(kindOrRule: never): never {
+  const value = kindOrRule as unknown;
+  const kind = typeof value === "object" && value !== null ? (value as { kind?: unknown }).kind : value;
   throw new Error(`provider kind ${String(kind)} is not handled here`);
 }

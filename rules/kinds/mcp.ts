@@ -16,5 +16,5 @@ export const mcp: ProviderKind = {
   loadRefs: (rule) => rule.credentials,
   active: () => true,
   statusNote: (rule) =>
-    `MCP server ${rule.mcp?.url}: keybroker logs in to it (keybroker auth add ${rule.id})`,
+    `MCP server ${rule.kind === "mcp" ? rule.mcp.url : "?"}: keybroker logs in to it (keybroker auth add ${rule.id})`,
 };

@@ -23,6 +23,22 @@ export const timeoutsSchema = strict({
   upstream: positiveDuration.optional(),
 });
 
+/** `fallbacks.<id>`: the providers a reverse-mode request moves to, in order, when its pool is exhausted. */
+export const fallbackListSchema = listOf(
+  z.union(
+    [
+      providerId,
+      strict({
+        provider: providerId,
+        /** Rewrites the JSON body's "model" for this fallback: { "gpt-4o": "openai/gpt-4o" }. */
+        model: z.record(nonEmpty(), nonEmpty(), expect("a map of model names")).optional(),
+      }),
+    ],
+    expect('a provider id, or { provider: <id>, model: { "<from>": "<to>" } }'),
+  ),
+  "a list of provider ids",
+);
+
 export const resolveKey = parsedString('"host:port"', (value) => {
   parseHostPort(value);
 });
@@ -53,26 +69,7 @@ export const ruleFileSchema = strict({
   providers: z
     .record(providerId, providerSchema.nullable(), expect("a map of provider ids to providers"))
     .nullish(),
-  fallbacks: z
-    .record(
-      providerId,
-      listOf(
-        z.union(
-          [
-            providerId,
-            strict({
-              provider: providerId,
-              /** Rewrites the JSON body's "model" for this fallback: { "gpt-4o": "openai/gpt-4o" }. */
-              model: z.record(nonEmpty(), nonEmpty(), expect("a map of model names")).optional(),
-            }),
-          ],
-          expect('a provider id, or { provider: <id>, model: { "<from>": "<to>" } }'),
-        ),
-        "a list of provider ids",
-      ),
-      expect("a map of provider ids to lists"),
-    )
-    .nullish(),
+  fallbacks: z.record(providerId, fallbackListSchema, expect("a map of provider ids to lists")).nullish(),
   clients: z
     .record(clientName, clientSchema.nullable(), expect("a map of client names to clients"))
     .nullish(),

@@ -5,7 +5,7 @@
 // same resource) at the same server. The OAuth client for a binding is made here too.
 import type * as oauth from "oauth4webapi";
 import type { Dispatcher } from "undici";
-import type { ProviderRule } from "../../rules/types.js";
+import type { McpRule, OAuthRule } from "../../rules/types.js";
 import type { McpBinding, McpStore } from "../../state/mcp/store.js";
 import { cappedFetch } from "./capped-fetch.js";
 import { discoverMcp, scopesFor } from "./mcp-discovery.js";
@@ -23,13 +23,13 @@ export interface McpLoginOptions extends PkceOptions {
 
 /** The OAuth client of a login made with `binding`: its server, client and resource. */
 export function mcpClient(
-  rule: ProviderRule,
+  rule: OAuthRule,
   binding: McpBinding,
   dispatcher: Dispatcher | (() => Dispatcher),
   secret: () => Promise<string | undefined>,
   server?: oauth.AuthorizationServer,
 ): OAuthClient {
-  const spec = rule.oauth!;
+  const spec = rule.oauth;
   const s = binding.server;
   return new OAuthClient(
     rule.id,
@@ -63,11 +63,11 @@ export function bindingSecret(
 }
 
 export async function mcpLogin(
-  rule: ProviderRule,
+  rule: McpRule,
   opts: McpLoginOptions,
 ): Promise<{ tokens: Tokens; binding: McpBinding }> {
-  const spec = rule.oauth!;
-  const serverUrl = new URL(rule.mcp!.url);
+  const spec = rule.oauth;
+  const serverUrl = new URL(rule.mcp.url);
   const fetch = cappedFetch({
     dispatcher: opts.dispatcher,
     maxBytes: spec.maxResponseBytes,
@@ -86,7 +86,7 @@ export async function mcpLogin(
   const redirectUri = redirectUriFor(spec.redirectUri, opts.port).toString();
   const identity = await clientIdentity({
     spec,
-    mcp: rule.mcp!,
+    mcp: rule.mcp,
     server,
     redirectUri,
     fetch,

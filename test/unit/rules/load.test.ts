@@ -36,10 +36,16 @@ function problems(text: string): Problem[] {
   return [...failure(text).problems];
 }
 
-function provider(rules: Rules, id: string): ProviderRule {
+/** The provider `id`; given a kind, it must be of that kind, and its fields are that kind's. */
+function provider<K extends ProviderRule["kind"] = ProviderRule["kind"]>(
+  rules: Rules,
+  id: string,
+  kind?: K,
+): Extract<ProviderRule, { kind: K }> {
   const found = rules.providers.find((p) => p.id === id);
   if (!found) throw new Error(`no provider ${id}`);
-  return found;
+  if (kind !== undefined) expect(found.kind).toBe(kind);
+  return found as Extract<ProviderRule, { kind: K }>;
 }
 
 describe("rule file errors", () => {
@@ -450,7 +456,7 @@ describe("compiling", () => {
         "      client_id: app_1",
       ].join("\n"),
     );
-    const codex = provider(rules, "codex-oauth");
+    const codex = provider(rules, "codex-oauth", "oauth_login");
     expect(codex.credentials).toEqual([]);
     expect(codex.placeholder.env).toEqual(["CODEX_OAUTH_ACCESS_TOKEN"]);
     expect(codex.inject).toEqual({ headers: ["authorization"], format: "Bearer {secret}" });
@@ -491,7 +497,7 @@ describe("compiling", () => {
         "      token_timeout: 2s",
       ].join("\n"),
     );
-    const partner = provider(rules, "partner");
+    const partner = provider(rules, "partner", "oauth_login");
     expect(partner.credentials).toEqual([]);
     expect(partner.placeholder.env).toEqual(["PARTNER_ACCESS_TOKEN"]);
     expect(partner.oauth).toEqual({
@@ -611,7 +617,7 @@ describe("compiling", () => {
       { action: "deny", methods: ["DELETE"], paths: ["/repos/**"] },
       { action: "approve", methods: ["PUT", "PATCH"], paths: [] },
     ]);
-    const bedrock = provider(rules, "bedrock");
+    const bedrock = provider(rules, "bedrock", "aws_sigv4");
     expect(bedrock.mount).toBe("/p/bedrock");
     expect(bedrock.upstream).toBe("https://bedrock-runtime.us-east-1.amazonaws.com");
     expect(bedrock.credentials).toEqual([]);
@@ -704,7 +710,7 @@ describe("compiling", () => {
       `file:${join(home, "k")}`,
       "file:/run/x",
     ]);
-    expect(provider(rules, "vertex").auth).toEqual({
+    expect(provider(rules, "vertex", "google_service_account").auth).toEqual({
       kind: "google_service_account",
       key: `file:${join(home, "keys/vertex-sa.json")}`,
       scopes: ["s1"],
@@ -827,7 +833,7 @@ describe("the SPEC §4 example", () => {
     ]);
     expect(rules.approvals).toEqual({ timeoutMs: 120_000, maxPending: 64, maxBytes: 64 * 1024 * 1024 });
     expect(provider(rules, "vertex")).toMatchObject({ mount: "/p/vertex", hosts: [], credentials: [] });
-    expect(provider(rules, "bedrock").auth?.kind).toBe("aws_sigv4");
+    expect(provider(rules, "bedrock", "aws_sigv4").auth.kind).toBe("aws_sigv4");
     expect(provider(rules, "codex-oauth").credentials).toEqual([]);
     expect(rules.fallbacks).toEqual({ openai: ["openrouter"] });
     expect(rules.clients).toEqual([

@@ -4,12 +4,12 @@
 import { describe, expect, it } from "vitest";
 import { RuleFileError } from "../../../rules/errors.js";
 import { parseRules } from "../../../rules/load.js";
-import type { ProviderRule } from "../../../rules/types.js";
+import type { McpRule } from "../../../rules/types.js";
 
-function provider(text: string, id: string): ProviderRule {
+function provider(text: string, id: string): McpRule {
   const rules = parseRules(`version: 1\ncatalogue: false\nproviders:\n${text}`, "test.yaml", "/etc/kb");
   const found = rules.providers.find((p) => p.id === id);
-  if (found === undefined) throw new Error(`no provider ${id}`);
+  if (found?.kind !== "mcp") throw new Error(`no MCP provider ${id}`);
   return found;
 }
 
@@ -68,7 +68,7 @@ describe("mcp: <url>", () => {
       scopes: ["notes.read"],
       tokenTimeoutMs: 3000,
     });
-    expect(p.mcp?.clientMetadataUrl).toBe("https://me.example.org/keybroker.json");
+    expect(p.mcp.clientMetadataUrl).toBe("https://me.example.org/keybroker.json");
   });
 
   it("names the path of every mistake", () => {
