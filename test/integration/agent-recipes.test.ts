@@ -1,0 +1,253 @@
+// The agents people run, the real programs from the npm registry (test/agents, decision 145),
+// each started as `keybroker run -- <agent> …` with nothing else: the real keys in run's
+// environment as a user's shell holds them, no configuration file, no flag for keybroker. The
+// providers' hosts lead to fakes of their real APIs (fake-llm.ts). Each agent must print the
+// fake's answer; the request that carried its prompt must have reached the fake with the real key
+// (so the broker injected it), no placeholder may reach the fake, and no real key may be in the
+// agent's environment, the files it wrote (its home, its temporary folder, its working folder) or
+// what it printed. docs/agents.md's recipes are these commands.
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type CliResult, cliAsync, findSecrets, ROOT, tempHome } from "../helpers/broker.js";
+import { ANSWERS, type SocketMessage, serveModelApis } from "../helpers/fake-llm.js";
+import { REAL_ANTHROPIC, REAL_GEMINI, REAL_OPENAI } from "../helpers/fixture.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import type { FakeUpstream } from "../helpers/upstream.js";
+
+const REAL_DEEPSEEK = "sk-real-deepseek-4c6e8a0b2d4f6a8c0e2b6d8f";
+const REAL = { openai: REAL_OPENAI, anthropic: REAL_ANTHROPIC, gemini: REAL_GEMINI, deepseek: REAL_DEEPSEEK };
+type Provider = keyof typeof REAL;
+
+const BIN = join(ROOT, "test/agents/node_modules/.bin");
+const PYTHON = "/usr/bin/python3";
+const HOSTS = [
+  "api.openai.com",
+  "api.anthropic.com",
+  "generativelanguage.googleapis.com",
+  "api.deepseek.com",
+];
+
+/** The catalogue's providers as a user names them; the hosts lead to the fake (rule-file.md). */
+function rules(upstream: FakeUpstream): string {
+  const resolve = HOSTS.map((h) => `  "${h}:443": "127.0.0.1:${upstream.port}"`).join("\n");
+  return `version: 1
+upstream_ca: [${JSON.stringify(upstream.caPath)}]
+resolve:
+${resolve}
+providers:
+  openai:
+  anthropic:
+  gemini:
+  deepseek:
+`;
+}
+
+interface Agent {
+  readonly name: string;
+  /** The command after `keybroker run --`, the prompt last. */
+  readonly argv: string[];
+  readonly provider: Provider;
+  readonly api: keyof typeof ANSWERS;
+  /** The path its model request went to. */
+  readonly path: string;
+  /**
+   * The agent's own documented switches for telemetry, update checks and model-list downloads:
+   * this machine is offline, and those calls would only wait on hosts that cannot answer. They
+   * are the test's offline setting, not a keybroker step.
+   */
+  readonly offline?: Record<string, string>;
+}
+
+const PROMPT = "Reply with one word.";
+const claudeOffline = { CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" };
+const opencodeOffline = { OPENCODE_DISABLE_MODELS_FETCH: "1", OPENCODE_DISABLE_AUTOUPDATE: "1" };
+const piOffline = { PI_OFFLINE: "1" };
+
+const AGENTS: Agent[] = [
+  {
+    name: "claude",
+    argv: [`${BIN}/claude`, "-p"],
+    provider: "anthropic",
+    api: "messages",
+    path: "/v1/messages",
+    offline: claudeOffline,
+  },
+  // Codex speaks the Responses API over a WebSocket.
+  {
+    name: "codex",
+    argv: [`${BIN}/codex`, "exec", "--skip-git-repo-check"],
+    provider: "openai",
+    api: "responses",
+    path: "/v1/responses",
+  },
+  // The model is named: left to choose, Gemini CLI first asks a small model to rate the prompt,
+  // which the fake does not do.
+  {
+    name: "gemini",
+    argv: [`${BIN}/gemini`, "--skip-trust", "-m", "gemini-2.5-flash", "-p"],
+    provider: "gemini",
+    api: "gemini",
+    path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+  },
+  ...(
+    [
+      ["anthropic/claude-sonnet-4-5", "anthropic", "messages", "/v1/messages"],
+      ["openai/gpt-5.1", "openai", "responses", "/v1/responses"],
+      [
+        "google/gemini-2.5-flash",
+        "gemini",
+        "gemini",
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+      ],
+    ] as const
+  ).map(([model, provider, api, path]) => ({
+    name: `opencode ${model}`,
+    argv: [`${BIN}/opencode`, "run", "-m", model],
+    provider,
+    api,
+    path,
+    offline: opencodeOffline,
+  })),
+  ...(
+    [
+      ["anthropic/claude-sonnet-4-5", "anthropic", "messages", "/v1/messages"],
+      ["openai/gpt-4o", "openai", "responses", "/v1/responses"],
+      [
+        "google/gemini-2.5-flash",
+        "gemini",
+        "gemini",
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+      ],
+      // Chat Completions, DeepSeek's (no /v1).
+      ["deepseek/deepseek-v4-flash", "deepseek", "chat", "/chat/completions"],
+    ] as const
+  ).map(([model, provider, api, path]) => ({
+    name: `pi ${model}`,
+    argv: [`${BIN}/pi`, "-p", "--model", model],
+    provider,
+    api,
+    path,
+    offline: piOffline,
+  })),
+  // The openai package's way (httpx, the environment's proxy and CA), Chat Completions.
+  {
+    name: "python httpx",
+    argv: [PYTHON, join(ROOT, "test/fixtures/clients/python-agent.py")],
+    provider: "openai",
+    api: "chat",
+    path: "/v1/chat/completions",
+  },
+];
+
+let f: InProcessFixture;
+let sockets: SocketMessage[];
+const agentDirs: string[] = [];
+
+beforeAll(async () => {
+  f = await startInProcessFixture({ env: { DEEPSEEK_API_KEY: REAL_DEEPSEEK }, rules });
+  sockets = serveModelApis(f.upstream);
+});
+
+afterAll(async () => {
+  await f?.close();
+  expect(f.leaks()).toEqual([]);
+  // What the agents wrote (their homes, temporary and working folders) and printed.
+  expect(findSecrets(Object.values(REAL), agentDirs)).toEqual([]);
+});
+
+interface Ran {
+  readonly agent: Agent;
+  readonly r: CliResult;
+  /** The environment the agent started with, as `env` printed it. */
+  readonly environ: Record<string, string>;
+  readonly marker: string;
+}
+
+/**
+ * `keybroker run -- <agent>` in a fresh home, temporary and working folder of its own. A shell
+ * writes the environment it was given into the agent's home before it execs the agent: that is
+ * the environment the agent starts with.
+ */
+async function runAgent(agent: Agent, index: number): Promise<Ran> {
+  const dir = tempHome();
+  agentDirs.push(dir);
+  const home = join(dir, "home");
+  const tmp = join(dir, "tmp");
+  const work = join(dir, "work");
+  for (const d of [home, tmp, work]) mkdirSync(d);
+  // The prompt names the run, so the request that carried it is found among the fake's.
+  const marker = `run-${index}-${process.pid}`;
+  const t0 = Date.now();
+  const env = {
+    HOME: home,
+    TMPDIR: tmp,
+    // What the user's shell exports: the real keys, under their usual names.
+    OPENAI_API_KEY: REAL.openai,
+    ANTHROPIC_API_KEY: REAL.anthropic,
+    GEMINI_API_KEY: REAL.gemini,
+    DEEPSEEK_API_KEY: REAL.deepseek,
+    ...agent.offline,
+  };
+  const dump = 'env > "$HOME/.environ-at-start"; exec "$@"';
+  const r = await cliAsync(
+    ["run", "--home", f.home, "--config", join(f.dir, "keybroker.yaml"), "--", "/bin/sh", "-c", dump, "sh"]
+      .concat(agent.argv)
+      .concat([`${PROMPT} (${marker})`]),
+    { env, cwd: work },
+  );
+  console.log(agent.name, Date.now() - t0);
+  const environ = Object.fromEntries(
+    readFileSync(join(home, ".environ-at-start"), "utf8")
+      .split("\n")
+      .filter((line) => line.includes("="))
+      .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
+  );
+  return { agent, r, environ, marker };
+}
+
+/** Every request (and WebSocket message) the fake received that carried `marker`. */
+function carrying(marker: string) {
+  const requests = f.upstream.received
+    .filter((got) => got.body.includes(marker))
+    .map((got) => ({ path: got.url.split("?")[0]!, headers: got.headers, url: got.url }));
+  const messages = sockets
+    .filter((m) => m.text.includes(marker))
+    .map((m) => ({ path: m.url.split("?")[0]!, headers: m.headers, url: m.url }));
+  return [...requests, ...messages];
+}
+
+/** The credential a request carried, wherever its API puts it. */
+function credentialOf(got: { headers: Record<string, unknown>; url: string }): string {
+  const header = got.headers["x-api-key"] ?? got.headers["x-goog-api-key"] ?? got.headers.authorization;
+  if (header !== undefined) return String(header).replace(/^Bearer /, "");
+  return new URL(got.url, "https://x").searchParams.get("key") ?? "";
+}
+
+describe("the agents people run work behind keybroker run, with nothing else", () => {
+  it("each prints the fake's answer, its request reached the provider with the real key, and it held none", async () => {
+    const runs = await Promise.all(AGENTS.map(runAgent));
+    for (const { agent, r, environ, marker } of runs) {
+      const context = `${agent.name}: exit ${r.status}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`;
+      expect(r.status, context).toBe(0);
+      expect(r.stdout, context).toContain(ANSWERS[agent.api]);
+      const sent = carrying(marker);
+      expect(sent.length, context).toBeGreaterThan(0);
+      // Its model request, and any other (opencode asks a small model for a title): real key.
+      expect(
+        sent.map((got) => got.path),
+        agent.name,
+      ).toContain(agent.path);
+      for (const got of sent) expect(credentialOf(got), agent.name).toBe(REAL[agent.provider]);
+      // The agent started with placeholders and the proxy, and no real key under any name.
+      expect(environ.HTTPS_PROXY, agent.name).toMatch(/^http:\/\/127\.0\.0\.1:/);
+      for (const [name, value] of Object.entries(environ)) {
+        for (const real of Object.values(REAL)) expect(value, `${agent.name}: ${name}`).not.toContain(real);
+      }
+      expect(environ.OPENAI_API_KEY, agent.name).toMatch(/kbph-/);
+    }
+    // No placeholder reached the fake: the broker swapped every one it was sent.
+    const headers = JSON.stringify(f.upstream.received.map((got) => [got.url, got.rawHeaders]));
+    expect(headers).not.toContain("kbph-");
+  }, 120_000);
+});
