@@ -78,7 +78,10 @@ function messagesEvents(model: string): [string, Json][] {
 function anthropicMessages(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   const request = parse(body);
   const model = String(request.model ?? "claude-fake");
-  if (request.stream === true) return sse(res, messagesEvents(model));
+  if (request.stream === true) {
+    sse(res, messagesEvents(model));
+    return;
+  }
   json(res, {
     id: "msg_fake",
     type: "message",
@@ -137,12 +140,13 @@ function chat(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   const base = { id: "chatcmpl-fake", created: 1_700_000_000, model };
   const usage = { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 };
   if (request.stream !== true) {
-    return json(res, {
+    json(res, {
       ...base,
       object: "chat.completion",
       choices: [{ index: 0, message: { role: "assistant", content: ANSWERS.chat }, finish_reason: "stop" }],
       usage,
     });
+    return;
   }
   const chunk = (choice: Json, extra: Json = {}) => ({
     ...base,
@@ -167,8 +171,14 @@ function gemini(req: IncomingMessage, res: ServerResponse): void {
     usageMetadata: { promptTokenCount: 5, candidatesTokenCount: 5, totalTokenCount: 10 },
     modelVersion: model,
   };
-  if (!url.pathname.endsWith(":streamGenerateContent")) return json(res, answer);
-  if (url.searchParams.get("alt") === "sse") return sse(res, [[undefined, answer]]);
+  if (!url.pathname.endsWith(":streamGenerateContent")) {
+    json(res, answer);
+    return;
+  }
+  if (url.searchParams.get("alt") === "sse") {
+    sse(res, [[undefined, answer]]);
+    return;
+  }
   json(res, [answer]);
 }
 
@@ -218,7 +228,10 @@ function readFrames(socket: Socket, onText: (text: string) => void, onClose: () 
       const payload = Buffer.from(buf.subarray(at, at + len));
       if (mask !== undefined) for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i % 4]!;
       buf = buf.subarray(at + len);
-      if (opcode === 0x8) return onClose();
+      if (opcode === 0x8) {
+        onClose();
+        return;
+      }
       if (opcode === 0x9) socket.write(frame(0xa, payload));
       if (opcode === 0x1 || opcode === 0x0) {
         pieces.push(payload);
