@@ -130,8 +130,8 @@ const AGENTS: Agent[] = [
     path,
     offline: opencodeOffline,
   })),
-  // pi runs on Node (20 here), through keybroker's preload: Chat Completions (DeepSeek's, no
-  // /v1) and Gemini.
+  // pi, on the Node that runs the tests (it sets undici's EnvHttpProxyAgent itself): Chat
+  // Completions (DeepSeek's, no /v1) and Gemini.
   ...(
     [
       ["deepseek/deepseek-v4-flash", "deepseek", "chat", "/chat/completions"],
