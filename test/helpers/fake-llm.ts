@@ -161,13 +161,29 @@ function chat(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   ]);
 }
 
-function gemini(req: IncomingMessage, res: ServerResponse): void {
+/** A value of a JSON schema's shape (Gemini's upper-case types too): what structured output returns. */
+function instanceOf(schema: Json | undefined): unknown {
+  const type = String(schema?.type ?? "").toLowerCase();
+  if (type === "object") {
+    const properties = (schema?.properties ?? {}) as Record<string, Json>;
+    return Object.fromEntries(Object.entries(properties).map(([name, sub]) => [name, instanceOf(sub)]));
+  }
+  if (type === "array") return [];
+  if (type === "integer" || type === "number") return 1;
+  if (type === "boolean") return false;
+  return ANSWERS.gemini;
+}
+
+function gemini(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   const url = new URL(req.url ?? "/", "https://generativelanguage.googleapis.com");
   const model = /\/models\/([^/:]+):/.exec(url.pathname)?.[1] ?? "gemini-fake";
+  // Structured output (Gemini CLI rates each prompt with a small model first): JSON of the schema.
+  const config = (parse(body).generationConfig ?? {}) as Json;
+  const schema = (config.responseJsonSchema ?? config.responseSchema) as Json | undefined;
+  const text =
+    config.responseMimeType === "application/json" ? JSON.stringify(instanceOf(schema)) : ANSWERS.gemini;
   const answer = {
-    candidates: [
-      { content: { role: "model", parts: [{ text: ANSWERS.gemini }] }, finishReason: "STOP", index: 0 },
-    ],
+    candidates: [{ content: { role: "model", parts: [{ text }] }, finishReason: "STOP", index: 0 }],
     usageMetadata: { promptTokenCount: 5, candidatesTokenCount: 5, totalTokenCount: 10 },
     modelVersion: model,
   };

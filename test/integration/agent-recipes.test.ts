@@ -69,8 +69,8 @@ interface Agent {
   readonly argv: string[];
   readonly provider: Provider;
   readonly api: keyof typeof ANSWERS;
-  /** The path its model request went to. */
-  readonly path: string;
+  /** The paths its model requests went to (each must be among them). */
+  readonly paths: RegExp[];
   /**
    * The agent's own documented switches for telemetry, update checks and model-list downloads:
    * this machine is offline, and those calls would only wait on hosts that cannot answer. They
@@ -80,7 +80,9 @@ interface Agent {
 }
 
 const PROMPT = "Reply with one word.";
-const GEMINI_STREAM = "/v1beta/models/gemini-2.5-flash:streamGenerateContent";
+const MESSAGES = /^\/v1\/messages$/;
+const RESPONSES = /^\/v1\/responses$/;
+const GEMINI_STREAM = /^\/v1beta\/models\/[\w.-]+:streamGenerateContent$/;
 const claudeOffline = { CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" };
 const opencodeOffline = {
   OPENCODE_DISABLE_MODELS_FETCH: "1",
@@ -96,7 +98,7 @@ const AGENTS: Agent[] = [
     argv: [`${BIN}/claude`, "-p"],
     provider: "anthropic",
     api: "messages",
-    path: "/v1/messages",
+    paths: [MESSAGES],
     offline: claudeOffline,
   },
   // Codex speaks the Responses API over a WebSocket.
@@ -105,21 +107,21 @@ const AGENTS: Agent[] = [
     argv: [`${BIN}/codex`, "exec", "--skip-git-repo-check"],
     provider: "openai",
     api: "responses",
-    path: "/v1/responses",
+    paths: [RESPONSES],
   },
-  // The model is named: left to choose, Gemini CLI first asks a small model to rate the prompt,
-  // which the fake does not do.
+  // Gemini CLI first asks a small model to rate the prompt (generateContent, JSON out), then
+  // streams the answer from the model it picked.
   {
     name: "gemini -p",
-    argv: [`${BIN}/gemini`, "--skip-trust", "-m", "gemini-2.5-flash", "-p"],
+    argv: [`${BIN}/gemini`, "--skip-trust", "-p"],
     provider: "gemini",
     api: "gemini",
-    path: GEMINI_STREAM,
+    paths: [/^\/v1beta\/models\/[\w.-]+:generateContent$/, GEMINI_STREAM],
   },
   ...(
     [
-      ["anthropic/claude-sonnet-4-5", "anthropic", "messages", "/v1/messages"],
-      ["openai/gpt-5.1", "openai", "responses", "/v1/responses"],
+      ["anthropic/claude-sonnet-4-5", "anthropic", "messages", MESSAGES],
+      ["openai/gpt-5.1", "openai", "responses", RESPONSES],
       ["google/gemini-2.5-flash", "gemini", "gemini", GEMINI_STREAM],
     ] as const
   ).map(([model, provider, api, path]) => ({
@@ -127,14 +129,14 @@ const AGENTS: Agent[] = [
     argv: [`${BIN}/opencode`, "run", "-m", model],
     provider,
     api,
-    path,
+    paths: [path],
     offline: opencodeOffline,
   })),
   // pi, on the Node that runs the tests (it sets undici's EnvHttpProxyAgent itself): Chat
   // Completions (DeepSeek's, no /v1) and Gemini.
   ...(
     [
-      ["deepseek/deepseek-v4-flash", "deepseek", "chat", "/chat/completions"],
+      ["deepseek/deepseek-v4-flash", "deepseek", "chat", /^\/chat\/completions$/],
       ["google/gemini-2.5-flash", "gemini", "gemini", GEMINI_STREAM],
     ] as const
   ).map(([model, provider, api, path]) => ({
@@ -142,7 +144,7 @@ const AGENTS: Agent[] = [
     argv: [`${BIN}/pi`, "-p", "--model", model],
     provider,
     api,
-    path,
+    paths: [path],
     offline: piOffline,
   })),
   // The openai package's way (httpx, the environment's proxy and CA), Chat Completions.
@@ -151,7 +153,7 @@ const AGENTS: Agent[] = [
     argv: [PYTHON, join(ROOT, "test/fixtures/clients/python-agent.py")],
     provider: "openai",
     api: "chat",
-    path: "/v1/chat/completions",
+    paths: [/^\/v1\/chat\/completions$/],
   },
 ];
 
@@ -260,10 +262,12 @@ function expectWorked({ agent, r, environ, marker }: Ran): void {
   expect(r.stdout, context).toContain(ANSWERS[agent.api]);
   // Its model request, and any other (opencode asks a small model for a title): the real key.
   const sent = carrying(marker);
-  expect(
-    sent.map((got) => got.path),
-    context,
-  ).toContain(agent.path);
+  for (const path of agent.paths) {
+    expect(
+      sent.some((got) => path.test(got.path)),
+      `${path} in ${JSON.stringify(sent.map((got) => got.path))}\n${context}`,
+    ).toBe(true);
+  }
   for (const got of sent) expect(credentialOf(got)).toBe(REAL[agent.provider]);
   // It started with the proxy and placeholders, and with no real key under any name.
   expect(environ.HTTPS_PROXY).toMatch(/^http:\/\/127\.0\.0\.1:/);
