@@ -7,11 +7,11 @@
 // agent's environment, the files it wrote (its home, its temporary folder, its working folder) or
 // what it printed. docs/agents.md's recipes are these commands.
 import { once } from "node:events";
-import { mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type CliResult, cliAsync, findSecrets, ROOT, tempHome } from "../helpers/broker.js";
+import { CLI, type CliResult, findSecrets, ROOT, runProcess, tempHome } from "../helpers/broker.js";
 import { ANSWERS, type SocketMessage, serveModelApis } from "../helpers/fake-llm.js";
 import { REAL_ANTHROPIC, REAL_GEMINI, REAL_OPENAI } from "../helpers/fixture.js";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
@@ -169,11 +169,9 @@ beforeAll(async () => {
   f = await startInProcessFixture({ env: { DEEPSEEK_API_KEY: REAL_DEEPSEEK }, rules });
   sockets = serveModelApis(f.upstream);
   // All at once: they wait on their own start-up and on the fake, rarely on each other.
-  const started = Date.now();
   for (const ran of await Promise.all(AGENTS.map((agent, i) => runAgent(agent, i, f.home)))) {
     runs.set(ran.agent.name, ran);
   }
-  console.log(`agents: ${Date.now() - started} ms`);
 }, 240_000);
 
 afterAll(async () => {
@@ -222,14 +220,21 @@ async function runAgent(agent: Agent, index: number, home: string): Promise<Ran>
   };
   const dump = 'env > "$HOME/.environ-at-start"; exec "$@"';
   const config = join(f.dir, "keybroker.yaml");
-  const r = await cliAsync(
-    ["run", "--home", home, "--config", config, "--", "/bin/sh", "-c", dump, "sh", ...agent.argv].concat(
-      `${PROMPT} (${marker})`,
-    ),
-    { env, cwd: work },
+  const command = ["/bin/sh", "-c", dump, "sh", ...agent.argv, `${PROMPT} (${marker})`];
+  // An agent that hangs is killed (status null) well before the hook's timeout, with its output.
+  const r = await runProcess(
+    process.execPath,
+    [CLI, "run", "--home", home, "--config", config, "--", ...command],
+    {
+      env,
+      cwd: work,
+      deadlineMs: 150_000,
+    },
   );
+  // Missing when run failed before the agent started: the status check then says why.
+  const dumped = join(agentHome, ".environ-at-start");
   const environ = Object.fromEntries(
-    readFileSync(join(agentHome, ".environ-at-start"), "utf8")
+    (existsSync(dumped) ? readFileSync(dumped, "utf8") : "")
       .split("\n")
       .filter((line) => line.includes("="))
       .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
