@@ -164,6 +164,11 @@ const agentDirs: string[] = [];
 const runs = new Map<string, Ran>();
 
 beforeAll(async () => {
+  if (!existsSync(join(BIN, "opencode"))) {
+    throw new Error(
+      "the agents are not installed in test/agents: run `bash test/prereqs.sh` (npm test does)",
+    );
+  }
   sink.listen(0, "127.0.0.1");
   await once(sink, "listening");
   f = await startInProcessFixture({ env: { DEEPSEEK_API_KEY: REAL_DEEPSEEK }, rules });
