@@ -180,7 +180,8 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
-  await f?.close();
+  if (f === undefined) return;
+  await f.close();
   sink.close();
   expect(f.leaks()).toEqual([]);
   // What the agents wrote (their homes, temporary and working folders) and printed.
