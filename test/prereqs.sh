@@ -3,7 +3,19 @@
 # requests/httpx, Chromium, redis-server, promtool, unshare and ip for isolation and off-loopback
 # peers), and a missing one should stop the run here with the command to fix it, not surface
 # as a wall of failing tests. As root on Debian it installs what is missing, as CI does.
+# It also installs the coding agents the agent recipes test runs (test/agents, decision 145).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The agents: their own package.json and lock, exact versions, from the npm registry; again when
+# the lock is newer than the install (npm writes node_modules/.package-lock.json on each install).
+# `npm install`, not `npm ci`: the lock lists only the platform packages the registry served when
+# it was written (decision 145), and `npm install` follows the lock for everything it lists.
+agents=test/agents
+if [ ! -f "$agents/node_modules/.package-lock.json" ] || [ "$agents/package-lock.json" -nt "$agents/node_modules/.package-lock.json" ]; then
+  echo "test prerequisites: installing the agents in $agents (npm install)" >&2
+  npm install --prefix "$agents" --no-audit --no-fund --loglevel=error >/dev/null
+fi
 
 missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }

@@ -32,6 +32,8 @@ export interface FakeUpstream {
   /** Requests whose body is still streaming in get their route called before the body ends. */
   readonly streamingRoutes: Map<string, (req: IncomingMessage, res: ServerResponse) => void>;
   readonly routes: Map<string, Route>;
+  /** WebSocket upgrades by path, instead of the default greeting-and-echo socket. */
+  readonly upgrades: Map<string, (req: IncomingMessage, socket: import("node:net").Socket) => void>;
   /** Number of TLS connections accepted. */
   connections: number;
   close(): Promise<void>;
@@ -88,6 +90,7 @@ export async function startUpstream(): Promise<FakeUpstream> {
   const received: Received[] = [];
   const routes = new Map<string, Route>();
   const streamingRoutes = new Map<string, (req: IncomingMessage, res: ServerResponse) => void>();
+  const upgrades = new Map<string, (req: IncomingMessage, socket: import("node:net").Socket) => void>();
   routes.set("POST /v1/chat/completions", (_req, res) => json(res, 200, chatCompletion()));
   routes.set("POST /v1/messages", (_req, res) => json(res, 200, anthropicMessage()));
 
@@ -104,6 +107,7 @@ export async function startUpstream(): Promise<FakeUpstream> {
     received,
     routes,
     streamingRoutes,
+    upgrades,
     connections: 0,
     close: async () => {
       server.closeAllConnections();
@@ -132,7 +136,8 @@ export async function startUpstream(): Promise<FakeUpstream> {
     req.on("end", () => {
       const body = Buffer.concat(chunks);
       record(body);
-      const route = routes.get(key);
+      // A Gemini-style `/models/<model>:<method>` path also matches its `/models/*:<method>` route.
+      const route = routes.get(key) ?? routes.get(key.replace(/\/models\/[^/:]+:/, "/models/*:"));
       if (route === undefined) json(res, 200, JSON.stringify({ ok: true, path }));
       else void route(req, res, body);
     });
@@ -140,6 +145,8 @@ export async function startUpstream(): Promise<FakeUpstream> {
   // WebSocket: accept the upgrade, record it like a request, send one text frame, echo the rest.
   server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket) => {
     received.push(receivedOf(req, Buffer.alloc(0)));
+    const own = upgrades.get((req.url ?? "/").split("?")[0]!);
+    if (own !== undefined) return own(req, socket);
     // `?refuse=1`: the upgrade is refused with a 401 whose body echoes the credential;
     // `?refuse=2`: its reason phrase and a header name echo it too.
     const refuse = /refuse=([12])/.exec(req.url ?? "")?.[1];
