@@ -6,8 +6,10 @@
 //
 //   node bench/instructions.mjs [--n 1000] [--warmup 8000] [--concurrency 1] [--stream]
 //                               [--variant NAME] [--node-options "..."] [--env K=V,...]
-//                               [--top 25] [--keep]
+//                               [--top 25] [--keep] [--ca DIR]
 //
+// `--ca DIR` starts the broker with the CA in DIR (ca.pem, ca-key.pem; a home's `ca` folder):
+// making one under valgrind (an RSA key) takes minutes on a busy machine.
 // `--variant` takes a broker configuration from bench/variants.mjs (its rule-file snippets, its
 // environment and node flags; `realistic` turns on roles, a policy, the audit log and a scraped
 // /metrics, so a feature's cost is seen when it is used, not only when it is off).
@@ -44,6 +46,7 @@ const { values: opts } = parseArgs({
     env: { type: "string", default: "" },
     top: { type: "string", default: "25" },
     keep: { type: "boolean", default: false },
+    ca: { type: "string" },
     help: { type: "boolean", default: false },
   },
 });
@@ -173,6 +176,11 @@ try {
     ruleFile({ upstreamPort: upstream.port, upstreamCa: upstream.ca, wildHosts: [], variant }),
   );
   const home = path.join(tmp, "home");
+  if (opts.ca !== undefined) {
+    fs.mkdirSync(path.join(home, "ca"), { recursive: true, mode: 0o700 });
+    for (const f of ["ca.pem", "ca-key.pem"])
+      fs.copyFileSync(path.join(opts.ca, f), path.join(home, "ca", f));
+  }
   const extraEnv = Object.fromEntries(
     opts.env
       .split(",")
@@ -208,7 +216,7 @@ try {
     env: { ...process.env, BENCH_REAL_KEY: REAL_KEY, ...variant.env, ...extraEnv },
     logFile: path.join(tmp, "keybroker.log"),
     ready: (line) => /keybroker listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line)?.[1],
-    timeoutMs: 120_000,
+    timeoutMs: 600_000,
   });
   const broker = {
     proxyUrl: `http://127.0.0.1:${started.value}`,
