@@ -34,6 +34,7 @@ export const VARIANTS = [
   // `scrape`). The limit is far above what the bench sends.
   {
     name: "realistic",
+    optIn: true,
     top: [
       "clients:",
       '  default: { providers: "*", role: user, limits: { rpm: 100000 } }',
