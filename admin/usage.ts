@@ -22,8 +22,15 @@ export interface UsageRow extends UsageCounts {
   readonly hourly: readonly number[];
 }
 
+interface Pair {
+  readonly client: string;
+  readonly provider: string;
+  readonly buckets: Bucket[];
+}
+
 export class Usage {
-  readonly #pairs = new Map<string, { client: string; provider: string; buckets: Bucket[] }>();
+  /** client → provider (`-` for none) → its hourly buckets: no key string built per request. */
+  readonly #pairs = new Map<string, Map<string, Pair>>();
 
   /** One request: `blocked` when the broker refused it, an error when the answer was ≥ 400. */
   count(
@@ -35,11 +42,15 @@ export class Usage {
     now = Date.now(),
   ): void {
     const p = provider ?? "-";
-    const key = `${client}\0${p}`;
-    let pair = this.#pairs.get(key);
+    let byProvider = this.#pairs.get(client);
+    if (byProvider === undefined) {
+      byProvider = new Map();
+      this.#pairs.set(client, byProvider);
+    }
+    let pair = byProvider.get(p);
     if (pair === undefined) {
       pair = { client, provider: p, buckets: [] };
-      this.#pairs.set(key, pair);
+      byProvider.set(p, pair);
     }
     const hour = Math.floor(now / HOUR_MS);
     let b = pair.buckets[hour % HOURS];
@@ -57,22 +68,25 @@ export class Usage {
   rows(now = Date.now()): UsageRow[] {
     const current = Math.floor(now / HOUR_MS);
     const out: UsageRow[] = [];
-    for (const [key, pair] of this.#pairs) {
-      const sum: UsageCounts = { requests: 0, errors: 0, blocked: 0, bytes: 0 };
-      const hourly = new Array<number>(HOURS).fill(0);
-      for (const b of pair.buckets) {
-        if (b === undefined || current - b.hour >= HOURS) continue;
-        sum.requests += b.requests;
-        sum.errors += b.errors;
-        sum.blocked += b.blocked;
-        sum.bytes += b.bytes;
-        hourly[HOURS - 1 - (current - b.hour)] = b.requests;
+    for (const [client, byProvider] of this.#pairs) {
+      for (const [provider, pair] of byProvider) {
+        const sum: UsageCounts = { requests: 0, errors: 0, blocked: 0, bytes: 0 };
+        const hourly = new Array<number>(HOURS).fill(0);
+        for (const b of pair.buckets) {
+          if (b === undefined || current - b.hour >= HOURS) continue;
+          sum.requests += b.requests;
+          sum.errors += b.errors;
+          sum.blocked += b.blocked;
+          sum.bytes += b.bytes;
+          hourly[HOURS - 1 - (current - b.hour)] = b.requests;
+        }
+        if (sum.requests === 0) {
+          byProvider.delete(provider);
+          continue;
+        }
+        out.push({ client: pair.client, provider: pair.provider, hourly, ...sum });
       }
-      if (sum.requests === 0) {
-        this.#pairs.delete(key);
-        continue;
-      }
-      out.push({ client: pair.client, provider: pair.provider, hourly, ...sum });
+      if (byProvider.size === 0) this.#pairs.delete(client);
     }
     return out.sort((a, b) => b.requests - a.requests);
   }

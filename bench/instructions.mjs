@@ -5,7 +5,14 @@
 // settings; use `npm run bench` and the peer harness for time.
 //
 //   node bench/instructions.mjs [--n 1000] [--warmup 8000] [--concurrency 1] [--stream]
-//                               [--node-options "..."] [--env K=V,...] [--top 25] [--keep]
+//                               [--variant NAME] [--node-options "..."] [--env K=V,...]
+//                               [--top 25] [--keep] [--ca DIR]
+//
+// `--ca DIR` starts the broker with the CA in DIR (ca.pem, ca-key.pem; a home's `ca` folder):
+// making one under valgrind (an RSA key) takes minutes on a busy machine.
+// `--variant` takes a broker configuration from bench/variants.mjs (its rule-file snippets, its
+// environment and node flags; `realistic` turns on roles, a policy, the audit log and a scraped
+// /metrics, so a feature's cost is seen when it is used, not only when it is off).
 //
 // What runs: the bench's fake upstream (its own process, not counted) and keybroker under
 // `valgrind --tool=callgrind --instr-atstart=no`, started like bench/peer-extra.sh starts it.
@@ -26,6 +33,7 @@ import { parseArgs } from "node:util";
 import { BROKER_MAIN, REAL_KEY, ruleFile, startUpstream } from "./broker.mjs";
 import { makeTarget } from "./client.mjs";
 import { startChild, stopAll, stopChild } from "./procs.mjs";
+import { VARIANTS } from "./variants.mjs";
 
 const { values: opts } = parseArgs({
   options: {
@@ -33,16 +41,27 @@ const { values: opts } = parseArgs({
     warmup: { type: "string", default: "8000" },
     concurrency: { type: "string", default: "1" },
     stream: { type: "boolean", default: false },
-    "node-options": { type: "string", default: "--max-semi-space-size=3 --single-threaded-gc" },
+    variant: { type: "string", default: "default" },
+    "node-options": { type: "string" },
     env: { type: "string", default: "" },
     top: { type: "string", default: "25" },
     keep: { type: "boolean", default: false },
+    ca: { type: "string" },
     help: { type: "boolean", default: false },
   },
 });
 if (opts.help) {
   console.log(fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\nimport ")[0]);
   process.exit(0);
+}
+const variant = VARIANTS.find((v) => v.name === opts.variant);
+if (variant === undefined) {
+  console.error(`--variant: no variant "${opts.variant}" in bench/variants.mjs`);
+  process.exit(1);
+}
+if (variant.oauth || variant.redis || variant.isolated) {
+  console.error(`--variant ${variant.name}: needs what bench/run.mjs sets up; use a rule-file variant`);
+  process.exit(1);
 }
 const N = Number(opts.n);
 const WARMUP = Number(opts.warmup);
@@ -154,16 +173,24 @@ try {
   const config = path.join(tmp, "keybroker.yaml");
   fs.writeFileSync(
     config,
-    ruleFile({ upstreamPort: upstream.port, upstreamCa: upstream.ca, wildHosts: [], variant: {} }),
+    ruleFile({ upstreamPort: upstream.port, upstreamCa: upstream.ca, wildHosts: [], variant }),
   );
   const home = path.join(tmp, "home");
+  if (opts.ca !== undefined) {
+    fs.mkdirSync(path.join(home, "ca"), { recursive: true, mode: 0o700 });
+    for (const f of ["ca.pem", "ca-key.pem"])
+      fs.copyFileSync(path.join(opts.ca, f), path.join(home, "ca", f));
+  }
   const extraEnv = Object.fromEntries(
     opts.env
       .split(",")
       .filter(Boolean)
       .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
   );
-  const flags = opts["node-options"].split(/\s+/).filter(Boolean);
+  const flags =
+    opts["node-options"] !== undefined
+      ? opts["node-options"].split(/\s+/).filter(Boolean)
+      : (variant.nodeOptions ?? ["--max-semi-space-size=3", "--single-threaded-gc"]);
   log("starting keybroker under callgrind (instrumentation off until the warm-up is done)");
   const started = await startChild({
     name: "keybroker under callgrind",
@@ -186,10 +213,10 @@ try {
       "--port",
       "0",
     ],
-    env: { ...process.env, BENCH_REAL_KEY: REAL_KEY, ...extraEnv },
+    env: { ...process.env, BENCH_REAL_KEY: REAL_KEY, ...variant.env, ...extraEnv },
     logFile: path.join(tmp, "keybroker.log"),
     ready: (line) => /keybroker listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line)?.[1],
-    timeoutMs: 120_000,
+    timeoutMs: 600_000,
   });
   const broker = {
     proxyUrl: `http://127.0.0.1:${started.value}`,
@@ -211,8 +238,17 @@ try {
       }),
     );
   };
+  // A scraped broker: /metrics asked once, so its registry and process metrics exist as in a
+  // monitored deployment. Before the warm-up: the first scrape loads and runs code that makes V8
+  // throw away optimized code of the request path, which the warm-up then rebuilds.
+  if (variant.scrape) {
+    const res = await fetch(`${broker.proxyUrl}/metrics`);
+    if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
+    await res.text();
+  }
   log(`warm-up: ${WARMUP} requests`);
   await run(WARMUP);
+
   const control = (...args) => execFileSync("callgrind_control", args, { stdio: "ignore" });
   control("-i", "on", String(broker.pid));
   log(`measuring: ${N} requests${opts.stream ? " (SSE, 20 chunks each)" : ""}, ${CONC} at a time`);
@@ -248,7 +284,7 @@ try {
   console.log(
     `keybroker instructions per request: ${perReq(total).toLocaleString("en")} ` +
       `(${N} ${opts.stream ? "SSE streams of 20 chunks" : "1 KB POSTs"}, concurrency ${CONC}, ` +
-      `node flags: ${flags.join(" ") || "none"}${opts.env ? `, env ${opts.env}` : ""}; ${seconds.toFixed(1)} s under callgrind)`,
+      `variant ${variant.name}, node flags: ${flags.join(" ") || "none"}${opts.env ? `, env ${opts.env}` : ""}; ${seconds.toFixed(1)} s under callgrind)`,
   );
   // TurboFan goes on optimizing functions that became hot late (a timer's callback, a rare
   // branch) long after the warm-up: that share moves between runs, the rest repeats within ~1 %.

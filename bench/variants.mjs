@@ -4,7 +4,7 @@
 //   top       lines added at the top level of the rule file (column 0)
 //   provider  lines added inside every benchmark provider entry (indent is added for you)
 // Snippets are plain YAML text; flow style (`audit: { enabled: false }`) keeps them to one line.
-// Optional: `oauth` (the providers authenticate with a stored OAuth login whose access token is
+// Optional: `scrape` (bench/instructions.mjs asks /metrics once before it counts), `oauth` (the providers authenticate with a stored OAuth login whose access token is
 // the bench key, in place of the key itself), `nodeOptions` (the broker's node flags, in place of --node-options), `env` (extra
 // environment variables for the broker) and `optIn` (run only when named in --variants, so
 // that `npm run bench` stays within a few minutes).
@@ -26,6 +26,29 @@ export const VARIANTS = [
     top: "audit: { enabled: false }\nscrub: { responses: false }",
     provider: "",
     note: "neither",
+  },
+
+  // What a configured broker pays per request, not only an empty rule file: clients with roles
+  // and a rate limit, a policy whose rules (deny, approve, a role-scoped deny) are all tried
+  // and none matches, the audit log, and /metrics scraped (bench/instructions.mjs asks it once;
+  // `scrape`). The limit is far above what the bench sends.
+  {
+    name: "realistic",
+    optIn: true,
+    top: [
+      "clients:",
+      '  default: { providers: "*", role: user, limits: { rpm: 100000 } }',
+      "  reader: { providers: [bench], role: guest }",
+      "  phone: { role: admin }",
+    ].join("\n"),
+    provider: [
+      "policy:",
+      '  - deny: { method: DELETE, path: "/v1/files/**" }',
+      '  - approve: { method: [PUT, PATCH], path: "/v1/fine_tuning/**", timeout: 5m }',
+      '  - deny: { method: POST, path: "/v1/chat/**", roles: [guest] }',
+    ].join("\n"),
+    scrape: true,
+    note: "roles, an rpm limit, a three-rule policy, audit log, /metrics scraped",
   },
 
   // OAuth custody on the request path: the key injected as a stored login's access token

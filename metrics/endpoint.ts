@@ -7,7 +7,7 @@ import type { Registry } from "prom-client";
 import type { Caller } from "../admin/callers.js";
 import { BrokerError, errorResponse } from "../core/errors.js";
 import type { BrokerMetrics } from "./broker-metrics.js";
-import { type CredentialStateLabel, createRegistry } from "./registry.js";
+import type { CredentialStateLabel } from "./registry.js";
 
 export const METRICS_PATH = "/metrics";
 
@@ -34,7 +34,10 @@ export interface MetricsEndpointOptions {
 
 export class MetricsEndpoint {
   readonly #opts: MetricsEndpointOptions;
-  /** Made on the first scrape: a broker nobody scrapes collects nothing. */
+  /**
+   * Made on the first scrape: a broker nobody scrapes collects nothing, and does not load
+   * prom-client either (decision 171).
+   */
   #registry: Registry | undefined;
 
   constructor(opts: MetricsEndpointOptions) {
@@ -53,9 +56,13 @@ export class MetricsEndpoint {
           hint: `scrape it with GET ${METRICS_PATH}`,
         });
       }
-      this.#registry ??= createRegistry(this.#opts.metrics, () =>
-        this.#opts.credentials().map((p) => ({ provider: p.id, credentials: p.credentials })),
-      );
+      if (this.#registry === undefined) {
+        const { createRegistry } = await import("./registry.js");
+        // Two first scrapes at once both load it; the first to get here makes the registry.
+        this.#registry ??= createRegistry(this.#opts.metrics, () =>
+          this.#opts.credentials().map((p) => ({ provider: p.id, credentials: p.credentials })),
+        );
+      }
       const text = await this.#registry.metrics();
       res.writeHead(200, {
         "content-type": this.#registry.contentType,

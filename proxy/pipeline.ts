@@ -22,9 +22,15 @@
 //             → fallBack; RESEND forwards again (the retry re-ran the attempt stages), ANSWER
 //             sends the held answer, scrubbed
 //   record    metrics, access log, usage, audit (stages/record.ts)
+//
+// A rule set runs only the request stages it uses (stagesFor, decision 170): a rule file with no
+// client limits, guests, policy, MCP server, `audit: { require: true }` or `intercept: all`
+// leaves their stages out of its list, so a feature not configured costs nothing per request.
 import type { Agent } from "undici";
 import { BrokerError, internalError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
+import { kindOf } from "../rules/kinds/index.js";
+import type { Rules } from "../rules/types.js";
 import { mayMark } from "../secrets/quota.js";
 import type { Approvals } from "./approvals.js";
 import type { Exchange } from "./exchange.js";
@@ -93,6 +99,28 @@ export function requestStages(p: PipelineParts): readonly Stage[] {
   ];
 }
 
+const anyPolicy = (r: Rules) => r.providers.some((p) => p.policy.length > 0);
+
+/** The rule sets a request stage has work in, by its name; a stage not named here always runs. */
+const USED_BY: Readonly<Record<string, (r: Rules) => boolean>> = {
+  limitClientRate: (r) => r.clients.some((c) => c.rpm !== undefined),
+  canonicalizePath: anyPolicy,
+  checkRole: (r) => r.clients.some((c) => c.role === "guest"),
+  applyPolicy: anyPolicy,
+  requireAudit: (r) => r.audit.require,
+  planMcp: (r) => r.providers.some((p) => kindOf(p).wholeHost),
+  holdForApproval: (r) => r.providers.some((p) => p.policy.some((rule) => rule.action === "approve")),
+  checkBodyPlaceholders: (r) => r.intercept === "all",
+};
+
+/**
+ * The request stages `rules` has work for, in order: each left out is one that returns at its
+ * first test for every request under these rules (decision 170).
+ */
+export function stagesFor(all: readonly Stage[], rules: Rules): readonly Stage[] {
+  return all.filter((stage) => USED_BY[stage.name]?.(rules) ?? true);
+}
+
 export const headStages: readonly HeadStage[] = [stripMcpChallenge];
 
 export function responseStages(p: PipelineParts, fallBack: FallBack): readonly ResponseStage[] {
@@ -113,6 +141,9 @@ export class Pipeline {
   readonly #request: readonly Stage[];
   readonly #response: readonly ResponseStage[];
   readonly #fallBack: FallBack;
+  /** The request stages of the rules last seen: composed once per rule set, not per request. */
+  #rules: Rules | undefined;
+  #stages: readonly Stage[] = [];
 
   constructor(p: PipelineParts) {
     this.#p = p;
@@ -124,7 +155,7 @@ export class Pipeline {
   async run(x: Exchange, upgrade?: Upgrade): Promise<void> {
     try {
       try {
-        await runStages(this.#request, x);
+        await runStages(this.#stagesOf(x.rt.rules), x);
       } catch (err) {
         if (!(err instanceof BrokerError)) throw err;
         const fell = this.#fallBack.beforeSending(x, err);
@@ -147,6 +178,14 @@ export class Pipeline {
       }
       x.req.resume();
     }
+  }
+
+  #stagesOf(rules: Rules): readonly Stage[] {
+    if (rules !== this.#rules) {
+      this.#stages = stagesFor(this.#request, rules);
+      this.#rules = rules;
+    }
+    return this.#stages;
   }
 
   async #forward(x: Exchange): Promise<void> {

@@ -80,7 +80,8 @@ export function startResponse(
       },
       onceDrain: (resume) => resume(),
       end: (done) => {
-        const body = patterns.scrubBuffer(Buffer.concat(chunks));
+        // Most such bodies arrive in one chunk: scrubbed as it is, not copied first.
+        const body = patterns.scrubBuffer(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
         headers["content-length"] = String(body.length);
         res.writeHead(status, reason, headers);
         res.end(body);

@@ -214,6 +214,8 @@ export class ScrubPatterns {
   /** Bytes a JSON spelling can start with: a secret's first byte, or a backslash. */
   readonly #jsonFirst = new Uint8Array(256);
   readonly #found: number[] = [];
+  /** `replace`'s next-match table for a whole buffer (scrubBuffer): `replace` runs to the end in one call. */
+  #wholeNext: Int32Array | undefined;
   readonly #jsonPairs: readonly number[];
   /** Every escape needle of the JSON spellings, and the spellings by the unit an escape starts. */
   readonly #jsonNeedles: readonly Buffer[];
@@ -489,7 +491,8 @@ export class ScrubPatterns {
   /** Scrubs a whole buffer (a held-back error body). Returns `data` itself when nothing matched. */
   scrubBuffer(data: Buffer): Buffer {
     if (!this.active) return data;
-    return this.replace(data, true, new Int32Array(this.#forms.length)).out;
+    this.#wholeNext ??= new Int32Array(this.#forms.length);
+    return this.replace(data, true, this.#wholeNext).out;
   }
 }
 

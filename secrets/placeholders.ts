@@ -30,14 +30,20 @@ export interface PlaceholderOwner {
  */
 export class PlaceholderIndex {
   readonly #owners = new Map<string, PlaceholderOwner>();
-  readonly #byKey = new Map<string, string>();
+  /** client → provider → placeholder: found per request without building a key string. */
+  readonly #byClient = new Map<string, Map<string, string>>();
   readonly pattern: RegExp | undefined;
 
   constructor(homeKey: Buffer, clients: readonly string[], providers: readonly ProviderRule[]) {
     for (const client of clients) {
       for (const provider of providers) {
         const value = placeholderFor(homeKey, client, provider);
-        this.#byKey.set(`${client}\0${provider.id}`, value);
+        let byProvider = this.#byClient.get(client);
+        if (byProvider === undefined) {
+          byProvider = new Map();
+          this.#byClient.set(client, byProvider);
+        }
+        byProvider.set(provider.id, value);
         // A fixed placeholder is shared by every client: the first one owns it.
         if (!this.#owners.has(value)) {
           this.#owners.set(value, {
@@ -53,7 +59,7 @@ export class PlaceholderIndex {
   }
 
   get(client: string, provider: string): string | undefined {
-    return this.#byKey.get(`${client}\0${provider}`);
+    return this.#byClient.get(client)?.get(provider);
   }
 
   /** Every placeholder with its owner. */

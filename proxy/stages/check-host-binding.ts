@@ -25,6 +25,18 @@ export function checkHostBinding(x: Exchange): void {
   // x.headers has every request header but the hop-by-hop ones, names already lower-cased.
   let hosts = 0;
   for (let i = 0; i < x.headers.length; i += 2) if (x.headers[i] === "host") hosts++;
+  // Upstream, the name is written one way only (undici takes the TLS server name from it).
+  const sent = x.port === 443 ? x.host : `${x.host}:${x.port}`;
+  // What clients send on nearly every request: the Host header spelled as it goes upstream, no
+  // SNI or the same name. Nothing to parse or rewrite then. (An IPv6 host is written in brackets
+  // and takes the long way.)
+  if (
+    hosts === 1 &&
+    hostHeader === sent &&
+    (x.sni === undefined || x.sni === x.host) &&
+    !x.host.includes(":")
+  )
+    return;
   const parsed = hostHeader === undefined ? undefined : parseHostHeader(hostHeader, 443);
   const sni = x.sni === undefined ? undefined : normalizeHostOrRaw(x.sni);
   const hostOk = hosts === 1 && parsed !== undefined && parsed.host === x.host && parsed.port === x.port;
@@ -38,8 +50,7 @@ export function checkHostBinding(x: Exchange): void {
       { hint: "send the request to the host the connection was opened for" },
     );
   }
-  // Upstream, the name is written one way only (undici takes the TLS server name from it).
-  setHeader(x.headers, "host", x.port === 443 ? x.host : `${x.host}:${x.port}`);
+  setHeader(x.headers, "host", sent);
 }
 
 function normalizeHostOrRaw(host: string): string {

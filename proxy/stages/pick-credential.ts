@@ -36,7 +36,7 @@ export const SMALL_BODY = 64 * 1024;
  * service-account token, or because SigV4 signs its hash. Bodies of unknown length or above
  * `pool.retry_body_limit` stream as usual (a quota answer to them reaches the client).
  */
-export async function readBody(x: Exchange): Promise<void> {
+export function readBody(x: Exchange): void | Promise<void> {
   if (x.body !== undefined) return;
   const h = x.req.headers;
   if (h["transfer-encoding"] !== undefined) return;
@@ -51,14 +51,16 @@ export async function readBody(x: Exchange): Promise<void> {
     ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT)
     : SMALL_BODY;
   if (length > limit) return;
-  x.body = await readAll(x.req);
+  return readAll(x);
 }
 
 /**
- * The whole body of a request, read with listeners: an async iterator over the stream costs a
- * generator and several promises per request, a measurable share of the broker's allocations.
+ * Reads the whole body into `x.body`, with listeners: an async iterator over the stream costs a
+ * generator and several promises per request, a measurable share of the broker's allocations;
+ * the one promise here is the one the pipeline waits on.
  */
-function readAll(req: Exchange["req"]): Promise<Buffer> {
+function readAll(x: Exchange): Promise<void> {
+  const req = x.req;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -68,7 +70,8 @@ function readAll(req: Exchange["req"]): Promise<Buffer> {
     };
     const onEnd = () => {
       done();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      x.body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+      resolve();
     };
     const onError = (err: Error) => {
       done();
@@ -277,14 +280,23 @@ function choose(x: Exchange, members: Member[]): void {
 }
 
 /** Authorizes service-account requests, after every other change to the request (SPEC §9). */
-export async function signRequest(x: Exchange): Promise<void> {
+export function signRequest(x: Exchange): void | Promise<void> {
   if (x.injection === undefined || x.provider === undefined || !kindOf(x.provider.rule).signed) return;
-  const auth = x.rt.upstreamAuth.get(x.provider.rule.id);
-  if (auth === undefined) throw new Error(`no authorizer for provider ${x.provider.rule.id}`);
+  return authorize(x, x.provider.rule.id, x.injection);
+}
+
+/** Only signed requests pay for a promise: the others return above without one. */
+async function authorize(
+  x: Exchange,
+  provider: string,
+  injection: NonNullable<Exchange["injection"]>,
+): Promise<void> {
+  const auth = x.rt.upstreamAuth.get(provider);
+  if (auth === undefined) throw new Error(`no authorizer for provider ${provider}`);
   // A retry starts again from the request as the client sent it.
   x.headers.length = 0;
-  x.headers.push(...x.injection.headers);
-  x.path = x.injection.path;
+  x.headers.push(...injection.headers);
+  x.path = injection.path;
   applyHeaderRules(x);
   await auth.authorize(x);
 }

@@ -141,6 +141,21 @@ describe("usage", () => {
     expect(u.rows(t0 + 25 * HOUR_MS)).toEqual([]);
   });
 
+  it("keeps one row per provider of a client, and counts a pair again after it was forgotten", () => {
+    const u = new Usage();
+    const t0 = 1_800_000_000_000;
+    u.count("agent", "openai", 200, false, 1, t0);
+    u.count("agent", "anthropic", 200, false, 2, t0);
+    u.count("agent", "anthropic", 200, false, 2, t0);
+    expect(u.rows(t0).map((r) => [r.client, r.provider, r.requests])).toEqual([
+      ["agent", "anthropic", 2],
+      ["agent", "openai", 1],
+    ]);
+    expect(u.rows(t0 + 25 * HOUR_MS)).toEqual([]);
+    u.count("agent", "openai", 200, false, 1, t0 + 25 * HOUR_MS);
+    expect(u.rows(t0 + 25 * HOUR_MS)).toMatchObject([{ client: "agent", provider: "openai", requests: 1 }]);
+  });
+
   it("counts every loopback address as one, and IPv6 by its /64 (found in review)", () => {
     for (const a of ["127.0.0.1", "127.9.9.9", "127.255.0.3", "::1", "::ffff:127.0.0.2"])
       expect(limitKey(a)).toBe("loopback");

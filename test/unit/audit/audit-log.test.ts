@@ -108,6 +108,31 @@ describe("AuditLog", () => {
     expect(recs.map((r) => r.host)).toEqual(Array.from({ length: 500 }, (_, i) => `h${i}.example`));
   });
 
+  it("writes each line's time as toISOString does, milliseconds padded, across seconds and days", async () => {
+    const h = home();
+    const log = new AuditLog(h);
+    const base = Date.UTC(2026, 10, 27, 23, 59, 59, 0);
+    const times = [
+      base,
+      base + 7,
+      base + 70,
+      base + 700,
+      base + 999,
+      base + 1000,
+      base + 1005,
+      base + 1000,
+      0,
+    ];
+    for (const time of times) log.record({ decision: "passthrough", time });
+    // A time with a fraction of a millisecond is not one the per-second prefix can hold.
+    log.record({ decision: "passthrough", time: base + 0.5 });
+    await log.close();
+    expect(records(currentAuditFile(h)).map((r) => r.time)).toEqual(
+      [...times, base + 0.5].map((t) => new Date(t).toISOString()),
+    );
+    expect((await verifyAudit(h)).ok).toBe(true);
+  });
+
   it("writes again after close(), continuing the chain", async () => {
     const h = home();
     const log = new AuditLog(h);

@@ -10,11 +10,13 @@ import {
   type PipelineParts,
   requestStages,
   responseStages,
+  stagesFor,
 } from "../../../proxy/pipeline.js";
 import { FallBack } from "../../../proxy/stages/fall-back.js";
 import type { Recorder } from "../../../proxy/stages/record.js";
 import { ANSWER, NEXT, RESEND, type ResponseStage, runResponseStages } from "../../../proxy/stages/stage.js";
 import { MemoryApprovalStore } from "../../../state/approvals/memory.js";
+import { parseSnippet } from "../../helpers/rules.js";
 
 const source = readFileSync(fileURLToPath(new URL("../../../proxy/pipeline.ts", import.meta.url)), "utf8");
 /** The order comment at the top of pipeline.ts, the one place a reader learns the steps from. */
@@ -64,6 +66,60 @@ describe("the pipeline's lists", () => {
 
   it("end the request list with the attempt stages a retry runs again", () => {
     expect(requestStages(p).slice(-attemptStages.length)).toEqual([...attemptStages]);
+  });
+});
+
+describe("stagesFor (decision 170)", () => {
+  const all = requestStages(parts());
+  const names = (yaml: string) => stagesFor(all, parseSnippet(yaml)).map((s) => s.name);
+  const OPTIONAL = [
+    "limitClientRate",
+    "canonicalizePath",
+    "checkRole",
+    "applyPolicy",
+    "requireAudit",
+    "planMcp",
+    "holdForApproval",
+    "checkBodyPlaceholders",
+  ];
+  const PLAIN = `catalogue: false
+providers:
+  openai:
+    hosts: [api.openai.com]
+    credentials: [OPENAI_API_KEY]
+`;
+
+  it("leaves out every stage a rule file without limits, guests, policy, MCP or intercept: all has no work for", () => {
+    const plain = names(PLAIN);
+    expect(plain.filter((n) => OPTIONAL.includes(n))).toEqual([]);
+    expect(plain).toEqual(all.map((s) => s.name).filter((n) => !OPTIONAL.includes(n)));
+  });
+
+  it("keeps, in their order, the stages a rule file uses", () => {
+    const used = names(`catalogue: false
+intercept: all
+providers:
+  openai:
+    hosts: [api.openai.com]
+    credentials: [OPENAI_API_KEY]
+    policy:
+      - approve: { method: POST, path: "/v1/files" }
+  docs:
+    mcp: https://mcp.example.com/mcp
+clients:
+  default: { limits: { rpm: 10 } }
+  reader: { role: guest }
+audit: { require: true }
+`);
+    expect(used).toEqual(all.map((s) => s.name));
+  });
+
+  it("keeps only what each feature needs: a deny-only policy holds nothing for approval", () => {
+    const used = names(`${PLAIN}    policy: [{ deny: { method: DELETE, path: "/**" } }]\n`);
+    expect(used).toContain("applyPolicy");
+    expect(used).toContain("canonicalizePath");
+    expect(used).not.toContain("holdForApproval");
+    expect(used).not.toContain("checkRole");
   });
 });
 

@@ -77,6 +77,17 @@ describe("checkHostBinding", () => {
     twice.headers.push("host", "api.openai.com");
     expect(refusal(() => checkHostBinding(twice)).status).toBe(421);
   });
+
+  it("takes a Host header spelled as it goes upstream as it is, and still refuses a different SNI", () => {
+    const x = matched({ host: "api.openai.com", headers: { Host: "api.openai.com", "X-After": "1" } });
+    checkHostBinding(x);
+    expect(sentHeader(x, "host")).toBe("api.openai.com");
+    expect(x.headers.filter((v, i) => i % 2 === 0 && v === "host")).toHaveLength(1);
+    const sni = matched({ host: "api.openai.com", sni: "evil.example", headers: { Host: "api.openai.com" } });
+    expect(refusal(() => checkHostBinding(sni)).code).toBe("host_mismatch");
+    const port = matched({ host: "api.openai.com", headers: { Host: "api.openai.com:8443" } });
+    expect(refusal(() => checkHostBinding(port)).code).toBe("host_mismatch");
+  });
 });
 
 describe("canonicalizePath", () => {
