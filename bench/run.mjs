@@ -388,7 +388,7 @@ async function main() {
         try {
           const plain = await brokerFor(`variant-${variant.name}`, variant);
           const broker = variant.isolated
-            ? await isolateBroker(plain, { dir: tmpDir, home, name: `variant-${variant.name}` })
+            ? await isolateBroker(plain, { dir: tmpDir, home, name: `variant-${variant.name}`, upstream })
             : plain;
           if (variant.isolated) {
             variant.launch = launchCost(plain, home);

@@ -18,13 +18,13 @@ function cpuMeter(target, env) {
   const u0 = cpuSeconds(env.upstreamPid);
   const c0 = process.cpuUsage();
   const m0 = machineCpu();
-  return () => {
+  return (otherClientS = 0) => {
     const c = process.cpuUsage(c0);
     const m = machineCpu();
     const used = {
       broker_s: pid ? cpuSeconds(pid) - b0 : null,
       upstream_s: cpuSeconds(env.upstreamPid) - u0,
-      client_s: (c.user + c.system) / 1e6,
+      client_s: (c.user + c.system) / 1e6 + otherClientS,
       machine_busy_s: m.busy - m0.busy,
       irq_s: m.irq - m0.irq,
     };
@@ -75,33 +75,15 @@ export async function sequential(target, env) {
 export async function throughput(target, env) {
   const { conc, warmupS, durationS } = env.opts.thr;
   const d = target.dispatcher();
-  const run = async (seconds, lat) => {
-    let ok = 0;
-    const end = nowMs() + seconds * 1000;
-    const worker = async () => {
-      while (nowMs() < end) {
-        const t = nowMs();
-        try {
-          await target.post(d);
-          ok++;
-          lat?.push(nowMs() - t);
-        } catch (err) {
-          target.noteError("throughput", err);
-          await sleep(10); // no hot loop on a failing target; the run is invalid anyway
-        }
-      }
-    };
-    const t0 = nowMs();
-    await Promise.all(Array.from({ length: conc }, worker));
-    return { ok, seconds: (nowMs() - t0) / 1000 };
-  };
+  const run = (seconds, lat) => target.load(d, conc, seconds, lat);
   try {
     await run(warmupS); // opens the connections (and the broker's upstream legs), warms the JIT
     const lat = [];
     const handshakes0 = (await env.control.stats()).tls_handshakes;
     const cpu = cpuMeter(target, env);
     const r = await run(durationS, lat);
-    const used = cpu();
+    // An isolated launch's load generator is another process: its CPU is the client's.
+    const used = cpu(r.client_cpu_s ?? 0);
     // Every connection was opened in the warm-up: a handshake now is a connection not reused.
     const handshakes = (await env.control.stats()).tls_handshakes - handshakes0;
     const s = summarize(lat);

@@ -89,15 +89,15 @@ export const VARIANTS = [
     provider: "",
     note: "state: redis:// on a local redis-server",
   },
-  // `keybroker run --isolate` (decision 115): the agent's connections relayed from its network
-  // namespace over a unix socket; also times a launch (bench/isolated.mjs). Linux only.
+  // `keybroker run --isolate` (decision 115): the load generated inside an isolated launch, as
+  // an agent there; also times a launch (bench/isolated.mjs). Linux only.
   {
     name: "isolated",
     optIn: true,
     isolated: true,
     top: "",
     provider: "",
-    note: "through an isolated launch's relays (plus a bridge into the jail: an upper bound)",
+    note: "load generated inside an isolated launch",
   },
   // glibc's malloc: 16 KiB blocks (OpenSSL's record buffers) in their own mappings. Less memory
   // per idle connection, one page fault more per request (docs/performance.md).
