@@ -14,17 +14,19 @@ import { startChild, stopChild } from "./procs.mjs";
 const AGENT = fileURLToPath(new URL("./isolated-agent.mjs", import.meta.url));
 
 /**
- * Wraps a started broker: an isolated launch against it whose command generates the load.
- * Resolves a broker-like object whose `remote.load` runs the throughput loop inside the launch.
+ * Wraps a started broker: a launch against it (`keybroker run --isolate`, or `--no-isolate` for
+ * the `launched` variant: the same load generator in a process of its own, not isolated) whose
+ * command generates the load. Resolves a broker-like object whose `remote.load` runs the
+ * throughput loop in the launch.
  */
-export async function isolateBroker(broker, { dir, home, name, upstream }) {
+export async function launchBroker(broker, { dir, home, name, upstream, isolate }) {
   const { child } = await startChild({
-    name: `keybroker run --isolate (${name})`,
+    name: `keybroker run ${isolate ? "--isolate" : "--no-isolate"} (${name})`,
     cmd: process.execPath,
     args: [
       BROKER_MAIN,
       "run",
-      "--isolate",
+      isolate ? "--isolate" : "--no-isolate",
       "--no-node-preload",
       "--home",
       home,
