@@ -52,6 +52,7 @@ export async function launchBroker(broker, { dir, home, name, upstream, isolate 
   await ask({ cmd: "init", upstreamPort: upstream.port, caPem: String(broker.caPem) });
   return {
     ...broker,
+    launchPid: child.pid,
     remote: {
       async load(target, conc, seconds, lat) {
         const r = await ask({ cmd: "load", conc, seconds, lat: lat !== undefined });

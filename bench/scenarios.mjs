@@ -15,6 +15,9 @@ import { median, nowMs, sharedClockMs, sleep, summarize } from "./stats.mjs";
 function cpuMeter(target, env) {
   const pid = target.broker?.pid;
   const b0 = pid ? cpuSeconds(pid) : null;
+  // A launch's `run` process (bench/isolated.mjs): where the relay runs, if there is one.
+  const lpid = target.broker?.launchPid;
+  const l0 = lpid ? cpuSeconds(lpid) : null;
   const u0 = cpuSeconds(env.upstreamPid);
   const c0 = process.cpuUsage();
   const m0 = machineCpu();
@@ -23,6 +26,7 @@ function cpuMeter(target, env) {
     const m = machineCpu();
     const used = {
       broker_s: pid ? cpuSeconds(pid) - b0 : null,
+      launch_s: lpid ? cpuSeconds(lpid) - l0 : null,
       upstream_s: cpuSeconds(env.upstreamPid) - u0,
       client_s: (c.user + c.system) / 1e6 + otherClientS,
       machine_busy_s: m.busy - m0.busy,
@@ -30,7 +34,12 @@ function cpuMeter(target, env) {
     };
     used.others_s = Math.max(
       0,
-      used.machine_busy_s - used.irq_s - used.upstream_s - used.client_s - (used.broker_s ?? 0),
+      used.machine_busy_s -
+        used.irq_s -
+        used.upstream_s -
+        used.client_s -
+        (used.broker_s ?? 0) -
+        (used.launch_s ?? 0),
     );
     return used;
   };
@@ -98,6 +107,13 @@ export async function throughput(target, env) {
       broker_cpu_us_per_req: usPer(used.broker_s, r.ok),
       upstream_cpu_us_per_req: usPer(used.upstream_s, r.ok),
       client_cpu_us_per_req: usPer(used.client_s, r.ok),
+      launch_cpu_us_per_req: usPer(used.launch_s, r.ok),
+      // What one request costs the machine, wherever it is spent: on a shared machine a steadier
+      // figure than req/s, which also depends on the CPU share the bench's processes get.
+      total_cpu_us_per_req: usPer(
+        (used.broker_s ?? 0) + used.upstream_s + used.client_s + (used.launch_s ?? 0),
+        r.ok,
+      ),
       broker_cores: used.broker_s == null ? null : used.broker_s / r.seconds,
       machine_busy_cores: used.machine_busy_s / r.seconds,
       irq_cores: used.irq_s / r.seconds,
