@@ -13,8 +13,12 @@ import { Server } from "node:net";
 import type { LaunchOwner } from "../core/launch-info.js";
 import { processStart } from "./process-start.js";
 
-/** The most the helper may take to hand its listener over before it is killed. */
-const HELPER_MS = 10_000;
+/**
+ * The most the helper may take to hand its listener over before it is killed: well under the
+ * 10 s `run` waits for the broker's answer, so no listener comes after `run` has given up and
+ * let the jail make its own.
+ */
+const HELPER_MS = 5_000;
 
 /** Listens at argv[1]:argv[2] and sends the listener to the broker; says why not otherwise. */
 const HELPER = `

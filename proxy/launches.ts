@@ -96,6 +96,7 @@ export class Launches implements LaunchDesk {
   /** Stops the sweep and closes the launches' own listeners (the broker closes). */
   close(): void {
     this.#stopSweep();
+    this.serving = undefined;
     for (const server of this.#listeners.values()) server.close();
     this.#listeners.clear();
   }
@@ -121,8 +122,8 @@ export class Launches implements LaunchDesk {
     } finally {
       this.#making.delete(id);
     }
-    // Ended while the listener was made: it goes at once.
-    if (!this.#byId.has(id)) {
+    // Ended (or the broker closed) while the listener was made: it goes at once.
+    if (!this.#byId.has(id) || this.serving !== serving) {
       server.close();
       throw new RefusedListener(`launch ${id} ended`);
     }

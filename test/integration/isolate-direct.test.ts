@@ -5,13 +5,26 @@
 // closed once the launch ends; and a broker that cannot enter the namespace (no nsenter) leaves
 // the relay in place, which `run` says in one line.
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { once } from "node:events";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI, runProcess } from "../helpers/broker.js";
-import { type Fixture, rulesFor, startFixture } from "../helpers/fixture.js";
+import { CLI, findSecrets, runProcess } from "../helpers/broker.js";
+import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";
+import { startUpstream } from "../helpers/upstream.js";
 
 const CURL = `curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -X POST https://api.openai.com/v1/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -d '{}'`;
 
@@ -36,12 +49,39 @@ afterAll(async () => {
 });
 
 /** The fixture's `run --isolate -- sh -c script`, started; resolves once the agent said `started`. */
-async function launch(fx: Fixture, script: string) {
+function launch(fx: Fixture, script: string) {
+  return launchWith(process.execPath, [CLI], fx.home, join(fx.dir, "keybroker.yaml"), script);
+}
+
+/** The children of a process, from /proc (none when it is gone). */
+function childrenOf(pid: number): number[] {
+  try {
+    const text = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim();
+    return text === "" ? [] : text.split(" ").map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The `keybroker <command>` process at or under `pid` (runuser may start it as its child). */
+function keybrokerUnder(pid: number, command = "run"): number {
+  const queue = [pid];
+  while (queue.length > 0) {
+    const p = queue.shift()!;
+    const args = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+    if (args.includes(CLI) && args.includes(command)) return p;
+    queue.push(...childrenOf(p));
+  }
+  throw new Error(`no keybroker ${command} under process ${pid}`);
+}
+
+/** `cmd ...prefix run --isolate --home H --config C -- sh -c script`, as `launch` does. */
+async function launchWith(cmd: string, prefix: string[], home: string, config: string, script: string) {
   const child = spawn(
-    process.execPath,
+    cmd,
     [
-      CLI,
-      ...["run", "--isolate", "--home", fx.home, "--config", join(fx.dir, "keybroker.yaml"), "--"],
+      ...prefix,
+      ...["run", "--isolate", "--home", home, "--config", config, "--"],
       ...["sh", "-c", `echo "started $HTTPS_PROXY"; ${script}`],
     ],
     { stdio: ["pipe", "pipe", "pipe"] },
@@ -59,16 +99,29 @@ async function launch(fx: Fixture, script: string) {
   await until(async () => /started \S+\n/.test(out) || child.exitCode !== null, "the agent to start", 30_000);
   if (!/started \S+\n/.test(out)) throw new Error(`run exited: ${out}\n${err}`);
   const proxy = new URL(/started (\S+)/.exec(out)![1]!);
+  const run = keybrokerUnder(child.pid!);
   return {
     child,
+    run,
     exited,
     out: () => out,
     err: () => err,
     id: decodeURIComponent(proxy.username).replace(/^launch-/, ""),
     token: decodeURIComponent(proxy.password),
     /** `unshare`, run's child: in the launch's user and network namespaces. */
-    jail: Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8").trim().split(" ")[0]),
+    jail: childrenOf(run)[0]!,
   };
+}
+
+/** Stops `run` (the relay before decision 139), lets the agent curl, waits for its answer. */
+async function curlWithRunStopped(l: Awaited<ReturnType<typeof launchWith>>): Promise<void> {
+  process.kill(l.run, "SIGSTOP");
+  try {
+    l.child.stdin!.write("go\n");
+    await until(async () => /\n\d{3}\n/.test(l.out()), "the agent's request", 30_000);
+  } finally {
+    process.kill(l.run, "SIGCONT");
+  }
 }
 
 async function status(fx: Fixture): Promise<{ id: string; direct?: boolean }[]> {
@@ -118,13 +171,7 @@ describe("run --isolate: the running broker listens inside the launch", () => {
       expect(wrong.text).toContain("no launch");
 
       // run, which relayed the agent's connections before, is frozen: the agent still gets through.
-      process.kill(l.child.pid!, "SIGSTOP");
-      try {
-        l.child.stdin!.write("go\n");
-        await until(async () => /\n\d{3}\n/.test(l.out()), "the agent's request", 30_000);
-      } finally {
-        process.kill(l.child.pid!, "SIGCONT");
-      }
+      await curlWithRunStopped(l);
       expect(l.out()).toMatch(/\n200\n/);
       expect(f.upstream.received.at(-1)?.headers.authorization).toMatch(/^Bearer sk-/);
       expect(l.err()).not.toContain("relay");
@@ -182,5 +229,95 @@ describe("run --isolate: the running broker listens inside the launch", () => {
       .filter((line) => line.includes("relay"));
     expect(said).toHaveLength(1);
     expect(said[0]).toMatch(/go through run's relay: .*cannot run nsenter \(ENOENT\)/);
+  });
+});
+
+describe("unprivileged: broker and run --isolate as the user nobody", () => {
+  it("the broker enters the launch's user namespace and listens there: no relay", async () => {
+    const readable = await runProcess("runuser", [
+      "-u",
+      "nobody",
+      "--",
+      process.execPath,
+      "-e",
+      `require("fs").readFileSync(${JSON.stringify(CLI)})`,
+    ]);
+    if (readable.status !== 0) {
+      throw new Error(
+        `the user nobody cannot run ${process.execPath} ${CLI} (${readable.stderr.trim()}): the checkout and node must be readable by other users for this test`,
+      );
+    }
+    const upstream = await startUpstream();
+    const dir = mkdtempSync(join(tmpdir(), "kb-direct-nobody-"));
+    chmodSync(dir, 0o755);
+    copyFileSync(upstream.caPath, join(dir, "upstream-ca.pem"));
+    const config = join(dir, "keybroker.yaml");
+    writeFileSync(
+      config,
+      rulesFor(upstream).replace(
+        JSON.stringify(upstream.caPath),
+        JSON.stringify(join(dir, "upstream-ca.pem")),
+      ),
+    );
+    const work = join(dir, "work");
+    const home = join(dir, "home");
+    for (const d of [work, home]) {
+      mkdirSync(d, { mode: 0o700 });
+      chownSync(d, 65534, 65534);
+    }
+    const asNobody = ["-u", "nobody", "--", "env", `HOME=${work}`, process.execPath, CLI];
+    const broker = spawn(
+      "runuser",
+      [
+        ...asNobody.slice(0, -2),
+        `OPENAI_API_KEY=${REAL_OPENAI}`,
+        process.execPath,
+        CLI,
+        "start",
+        "--home",
+        home,
+        "--config",
+        config,
+        "--port",
+        "0",
+      ],
+      { stdio: ["ignore", "pipe", "pipe"], cwd: work },
+    );
+    spawned.push(broker);
+    try {
+      let said = "";
+      broker.stdout!.on("data", (d: Buffer) => {
+        said += d.toString();
+      });
+      await until(
+        async () => /listening on /.test(said) || broker.exitCode !== null,
+        "the broker to start",
+        30_000,
+      );
+      expect(said).toMatch(/listening on /);
+      const l = await launchWith("runuser", asNobody, home, config, `read go; ${CURL}; echo`);
+      const st = await runProcess("runuser", [
+        ...asNobody,
+        "status",
+        "--json",
+        "--home",
+        home,
+        "--config",
+        config,
+      ]);
+      expect(st.status, st.stderr).toBe(0);
+      expect(JSON.parse(st.stdout).launches.find((x: { id: string }) => x.id === l.id)?.direct).toBe(true);
+      await curlWithRunStopped(l);
+      expect(l.out()).toMatch(/\n200\n/);
+      expect(upstream.received.at(-1)?.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+      expect(l.err()).not.toContain("relay");
+      expect(await l.exited).toBe(0);
+    } finally {
+      process.kill(keybrokerUnder(broker.pid!, "start"), "SIGTERM");
+      await once(broker, "exit");
+      await upstream.close();
+    }
+    expect(findSecrets([REAL_OPENAI], [home])).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
