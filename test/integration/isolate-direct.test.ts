@@ -185,6 +185,22 @@ describe("run --isolate: the running broker listens inside the launch", () => {
     }
   });
 
+  it("closes the listener when the broker ends a launch whose run was killed", async () => {
+    const l = await launch(f, `sleep 4567.${process.pid}`);
+    const netns = openSync(`/proc/${l.jail}/ns/net`, "r");
+    try {
+      // The broker's listener, not run's: run's would go with run.
+      expect((await status(f)).find((x) => x.id === l.id)?.direct).toBe(true);
+      expect(await listenersIn(netns)).toContain(`127.0.0.1:${f.broker.port}`);
+      process.kill(l.run, "SIGKILL");
+      // The broker's sweep (every 2 s) sees run gone and ends the launch (decision 136).
+      await until(async () => !(await status(f)).some((x) => x.id === l.id), "the launch to end", 20_000);
+      expect(await listenersIn(netns)).toBe("");
+    } finally {
+      closeSync(netns);
+    }
+  });
+
   it("refuses a process that is not the launch's jail, and a launch whose run it cannot see", async () => {
     // A launch tied to this process, as run ties one to itself (decision 136).
     const stat = readFileSync(`/proc/${process.pid}/stat`, "utf8");
