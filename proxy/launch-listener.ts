@@ -92,32 +92,52 @@ export async function listenInJail(
       // No secret of the broker's environment goes to the helper: it needs none.
       { stdio: ["ignore", "ignore", "pipe", "ipc"], env: { PATH: process.env.PATH ?? "/usr/bin:/bin" } },
     );
+    let settled = false;
+    const refuse = (why: string) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      reject(new RefusedListener(why));
+    };
     let stderr = "";
     helper.stderr!.setEncoding("utf8").on("data", (d: string) => {
       stderr = (stderr + d).slice(-500);
     });
     const timer = setTimeout(() => {
       helper.kill("SIGKILL");
-      reject(new RefusedListener(`nsenter gave no listener within ${HELPER_MS / 1000} s`));
+      refuse(`nsenter gave no listener within ${HELPER_MS / 1000} s`);
     }, HELPER_MS);
     helper.on("message", (m: { ok?: boolean; error?: string }, handle: unknown) => {
-      clearTimeout(timer);
-      if (m.ok === true && handle instanceof Server) resolve(handle);
-      else
-        reject(
-          new RefusedListener(`cannot listen on ${host}:${port} inside: ${m.error ?? "no listener came"}`),
-        );
+      if (m.ok === true && handle instanceof Server) {
+        // Too late (given up already): the listener must not stay open unserved.
+        if (settled) handle.close();
+        else {
+          settled = true;
+          clearTimeout(timer);
+          resolve(handle);
+        }
+      } else refuse(`cannot listen on ${host}:${port} inside: ${m.error ?? "no listener came"}`);
     });
     helper.once("error", (err) => {
-      clearTimeout(timer);
       const code = (err as NodeJS.ErrnoException).code;
-      reject(new RefusedListener(`cannot run nsenter (${code}): install util-linux`));
+      refuse(`cannot run nsenter (${code}): install util-linux`);
     });
-    helper.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      // After a listener came this changes nothing (a promise settles once).
+    // Gone without a listener: judged once the channel has closed too, so a message still
+    // on its way (the helper exits right after sending) is read first.
+    let exit: string | undefined;
+    let closed = false;
+    const ended = () => {
+      if (exit === undefined || !closed) return;
       const said = stderr.trim().split("\n").at(-1) ?? "";
-      reject(new RefusedListener(`nsenter exited (${signal ?? code})${said === "" ? "" : `: ${said}`}`));
+      refuse(`nsenter exited (${exit})${said === "" ? "" : `: ${said}`}`);
+    };
+    helper.once("exit", (code, signal) => {
+      exit = String(signal ?? code);
+      ended();
+    });
+    helper.once("disconnect", () => {
+      closed = true;
+      ended();
     });
   });
   // The pid could have been reused between the check and nsenter: the listener is then refused.
