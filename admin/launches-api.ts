@@ -3,13 +3,15 @@
 //   GET    launches          → { launches: [...] }
 //   POST   launches          { client, command, pid?, start? } → { id, client, command, startedAt, token, user, hide }
 //   DELETE launches/<id>     → { launch }
+//   POST   launches/<id>/listen { token, pid } → { listening: "127.0.0.1:<port>" } (decision 139)
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
 import { LAUNCH_USER_PREFIX, type LaunchInfo, type LaunchOwner } from "../core/launch-info.js";
+import { RefusedListener } from "../proxy/launch-listener.js";
 import { secretFiles } from "../secrets/secret-files.js";
 import type { AdminHost } from "./host.js";
 
-const ROUTE = /^launches(?:\/([0-9a-f]{1,32}))?$/;
+const ROUTE = /^launches(?:\/([0-9a-f]{1,32})(\/listen)?)?$/;
 
 export async function handleLaunches(
   broker: AdminHost,
@@ -54,7 +56,23 @@ export async function handleLaunches(
       hide,
     };
   }
-  if (m !== null && m[1] !== undefined && req.method === "DELETE") {
+  if (m !== null && m[1] !== undefined && m[2] !== undefined && req.method === "POST") {
+    const { token, pid } = await body();
+    if (typeof token !== "string" || !(Number.isSafeInteger(pid) && (pid as number) > 0)) {
+      throw new BrokerError(
+        "bad_request",
+        '"token" must be the launch\'s token and "pid" the process id of its jail (a positive integer)',
+      );
+    }
+    try {
+      const at = await broker.launches.listenInside(m[1], token, pid as number);
+      return { listening: `${at.host}:${at.port}` };
+    } catch (err) {
+      if (!(err instanceof RefusedListener)) throw err;
+      throw new BrokerError("bad_request", `the broker cannot listen inside launch ${m[1]}: ${err.message}`);
+    }
+  }
+  if (m !== null && m[1] !== undefined && m[2] === undefined && req.method === "DELETE") {
     const launch = endLaunch(broker, m[1]);
     if (launch === undefined) throw new BrokerError("bad_request", `no launch ${m[1]} is running`);
     return { launch };

@@ -187,7 +187,9 @@ export function formatStatus(report: StatusReport): string {
   }
   // `run --isolate` launches running now, each with its own identity (decision 114).
   for (const l of report.launches ?? []) {
-    lines.push(`launch ${l.id}  client ${l.client}  since ${l.startedAt}  ${l.command}`);
+    // "direct": the broker listens inside the launch, no relay (decision 139).
+    const via = l.direct === true ? "  direct" : "";
+    lines.push(`launch ${l.id}  client ${l.client}  since ${l.startedAt}${via}  ${l.command}`);
   }
   return lines.join("\n");
 }

@@ -9,6 +9,7 @@
 // mismatches); a run that does not add up is an error, never a row in the table.
 import { Agent, Pool, ProxyAgent } from "undici";
 import { PLACEHOLDER, REAL_KEY, WILD_PLACEHOLDER } from "./broker.mjs";
+import { nowMs, sleep } from "./stats.mjs";
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 const KEEP_ALIVE = { keepAliveTimeout: 60_000, keepAliveMaxTimeout: 600_000 };
@@ -34,7 +35,9 @@ function loopbackLookup(_host, options, callback) {
 /**
  * @param name       "direct" or "keybroker"
  * @param upstream   {port, caPem}
- * @param broker     {proxyUrl, caPem, pid} for the keybroker target, absent for direct
+ * @param broker     {proxyUrl, caPem, pid} for the keybroker target, absent for direct; with
+ *                   `remote`, the load is generated elsewhere (inside an isolated launch,
+ *                   bench/isolated.mjs) and `remote.load` runs it there
  */
 export function makeTarget({ name, upstream, broker }) {
   const viaBroker = Boolean(broker);
@@ -47,6 +50,8 @@ export function makeTarget({ name, upstream, broker }) {
 
     /** A new dispatcher: every scenario (and every "new connection" sample) takes its own. */
     dispatcher(extra = {}) {
+      // The remote load generator keeps its own; closing this one makes it take a new one.
+      if (broker?.remote) return { close: () => broker.remote.reset() };
       if (viaBroker) {
         return new ProxyAgent({
           uri: broker.proxyUrl,
@@ -80,6 +85,16 @@ export function makeTarget({ name, upstream, broker }) {
 
     noteError(where, err) {
       target.errors.push(`${where}: ${err?.code ?? ""} ${err?.message ?? err}`.trim());
+    },
+
+    /**
+     * `conc` workers posting back to back for `seconds` on `d` (latencies pushed to `lat` if
+     * given): {ok, seconds}, plus `client_cpu_s` when the load ran in another process.
+     */
+    load(d, conc, seconds, lat) {
+      return broker?.remote
+        ? broker.remote.load(target, conc, seconds, lat)
+        : postFor(target, d, conc, seconds, lat);
     },
 
     /** POSTs the 1 KB chat body and reads the whole answer; throws unless it is a 200. */
@@ -135,6 +150,28 @@ export function makeTarget({ name, upstream, broker }) {
     },
   };
   return target;
+}
+
+/** The throughput loop: `conc` workers posting on `d` until `seconds` have passed. */
+export async function postFor(target, d, conc, seconds, lat) {
+  let ok = 0;
+  const end = nowMs() + seconds * 1000;
+  const worker = async () => {
+    while (nowMs() < end) {
+      const t = nowMs();
+      try {
+        await target.post(d);
+        ok++;
+        lat?.push(nowMs() - t);
+      } catch (err) {
+        target.noteError("throughput", err);
+        await sleep(10); // no hot loop on a failing target; the run is invalid anyway
+      }
+    }
+  };
+  const t0 = nowMs();
+  await Promise.all(Array.from({ length: conc }, worker));
+  return { ok, seconds: (nowMs() - t0) / 1000 };
 }
 
 /** A side channel to the upstream's /__bench endpoints, always direct and never counted. */

@@ -1,49 +1,32 @@
 // The `isolated` variant (docs/performance.md, "Isolated launches"): the broker reached the way
-// an agent under `keybroker run --isolate` reaches it, through the launch's relays (a listener
-// inside the jail's network namespace, a unix socket, `run`'s relay to the broker's port).
-//
-// The load generator stays in this process, outside the jail, so it reaches the jail's
-// listener through one more hop: a bridge started inside the jail that accepts on a unix
-// socket in the bench folder and connects to the in-jail proxy address. The figure is
-// therefore an upper bound of what the relays cost an agent inside.
+// an agent under `keybroker run --isolate` reaches it. The load generator itself is the launch's
+// command (bench/isolated-agent.mjs, inside the jail, dialling the proxy address the launch's
+// variables name), driven over the launch's stdin and stdout: no hop of the bench's own is
+// counted, only what the launch puts between an agent and the broker.
 //
 // Also measured here: the cost per launch, `run --isolate -- true` against `run -- true`.
 import { spawnSync } from "node:child_process";
-import fs from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { BROKER_MAIN } from "./broker.mjs";
 import { startChild, stopChild } from "./procs.mjs";
 
-const BRIDGE = `
-const net = require("net");
-const proxy = new URL(process.env.HTTPS_PROXY);
-const server = net.createServer({ noDelay: true }, (c) => {
-  const up = net.connect(Number(proxy.port), "127.0.0.1");
-  up.setNoDelay(true);
-  const end = () => { c.destroy(); up.destroy(); };
-  c.on("error", end).on("close", end);
-  up.on("error", end).on("close", end);
-  c.pipe(up);
-  up.pipe(c);
-});
-server.listen(process.argv[1], () => console.log("bridge " + process.env.HTTPS_PROXY));
-process.on("SIGTERM", () => process.exit(0));
-`;
+const AGENT = fileURLToPath(new URL("./isolated-agent.mjs", import.meta.url));
 
 /**
- * Wraps a started broker: an isolated launch against it whose bridge the bench's client dials.
- * Resolves a broker-like object (`proxyUrl` with the launch's credentials, `socketPath`).
+ * Wraps a started broker: a launch against it (`keybroker run --isolate`, or `--no-isolate` for
+ * the `launched` variant: the same load generator in a process of its own, not isolated) whose
+ * command generates the load. Resolves a broker-like object whose `remote.load` runs the
+ * throughput loop in the launch.
  */
-export async function isolateBroker(broker, { dir, home, name }) {
-  const socketPath = path.join(dir, `${name}.sock`);
-  fs.rmSync(socketPath, { force: true });
-  const { child, value } = await startChild({
-    name: `keybroker run --isolate (${name})`,
+export async function launchBroker(broker, { dir, home, name, upstream, isolate }) {
+  const { child } = await startChild({
+    name: `keybroker run ${isolate ? "--isolate" : "--no-isolate"} (${name})`,
     cmd: process.execPath,
     args: [
       BROKER_MAIN,
       "run",
-      "--isolate",
+      isolate ? "--isolate" : "--no-isolate",
       "--no-node-preload",
       "--home",
       home,
@@ -53,25 +36,65 @@ export async function isolateBroker(broker, { dir, home, name }) {
       String(broker.port),
       "--",
       process.execPath,
-      "-e",
-      BRIDGE,
-      socketPath,
+      AGENT,
     ],
     env: { ...process.env },
-    // The jail's /tmp is its own (decision 135): run from the bench folder, which it keeps, so the
-    // bridge's socket there is the one this process dials.
+    // The jail's /tmp is its own (decision 135); the bench folder, its working folder, stays.
     cwd: dir,
     logFile: path.join(dir, `${name}-run.log`),
-    ready: (line) => /^bridge (\S+)/.exec(line)?.[1],
+    ready: (line) => line === "agent ready",
   });
+  const answers = lineReader(child);
+  const ask = async (message) => {
+    child.stdin.write(`${JSON.stringify(message)}\n`);
+    return answers.next();
+  };
+  await ask({ cmd: "init", upstreamPort: upstream.port, caPem: String(broker.caPem) });
   return {
     ...broker,
-    proxyUrl: value,
-    socketPath,
+    launchPid: child.pid,
+    remote: {
+      async load(target, conc, seconds, lat) {
+        const r = await ask({ cmd: "load", conc, seconds, lat: lat !== undefined });
+        target.sent += r.sent;
+        for (let i = 0; i < r.error_count; i++)
+          target.noteError("inside the launch", r.errors[i] ?? "(more)");
+        if (lat !== undefined) for (const x of r.lat) lat.push(x);
+        return { ok: r.ok, seconds: r.seconds, client_cpu_s: r.cpu_s };
+      },
+      reset: () => ask({ cmd: "reset" }),
+    },
     stop: async () => {
       await stopChild(child);
       await broker.stop();
     },
+  };
+}
+
+/** The JSON lines a child writes after its ready line, one per `next()`. */
+function lineReader(child) {
+  let buf = "";
+  const queue = [];
+  const waiting = [];
+  child.stdout.on("data", (text) => {
+    buf += text;
+    for (let nl = buf.indexOf("\n"); nl !== -1; nl = buf.indexOf("\n")) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (!line.startsWith("{")) continue;
+      const value = JSON.parse(line);
+      if (waiting.length > 0) waiting.shift().resolve(value);
+      else queue.push(value);
+    }
+  });
+  child.once("exit", (code, signal) => {
+    for (const w of waiting.splice(0)) w.reject(new Error(`the isolated launch exited (${signal ?? code})`));
+  });
+  return {
+    next: () =>
+      queue.length > 0
+        ? Promise.resolve(queue.shift())
+        : new Promise((resolve, reject) => waiting.push({ resolve, reject })),
   };
 }
 

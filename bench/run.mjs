@@ -35,7 +35,7 @@ import { parseArgs } from "node:util";
 import { BROKER_MAIN, startBroker, startRedis, startUpstream } from "./broker.mjs";
 import { BENCH_DOMAIN } from "./certs.mjs";
 import { checkRun, InvalidRunError, makeControl, makeTarget } from "./client.mjs";
-import { isolateBroker, launchCost } from "./isolated.mjs";
+import { launchBroker, launchCost } from "./isolated.mjs";
 import { cpuSeconds, machineCpu, memoryMiB, startChild, stopAll, stopChild } from "./procs.mjs";
 import * as scenarios from "./scenarios.mjs";
 import { median, nowMs, sharedClockMs, sleep } from "./stats.mjs";
@@ -387,9 +387,16 @@ async function main() {
       for (const variant of variants) {
         try {
           const plain = await brokerFor(`variant-${variant.name}`, variant);
-          const broker = variant.isolated
-            ? await isolateBroker(plain, { dir: tmpDir, home, name: `variant-${variant.name}` })
-            : plain;
+          const broker =
+            variant.isolated || variant.launched
+              ? await launchBroker(plain, {
+                  dir: tmpDir,
+                  home,
+                  name: `variant-${variant.name}`,
+                  upstream,
+                  isolate: Boolean(variant.isolated),
+                })
+              : plain;
           if (variant.isolated) {
             variant.launch = launchCost(plain, home);
             log(

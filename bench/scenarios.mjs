@@ -15,22 +15,31 @@ import { median, nowMs, sharedClockMs, sleep, summarize } from "./stats.mjs";
 function cpuMeter(target, env) {
   const pid = target.broker?.pid;
   const b0 = pid ? cpuSeconds(pid) : null;
+  // A launch's `run` process (bench/isolated.mjs): where the relay runs, if there is one.
+  const lpid = target.broker?.launchPid;
+  const l0 = lpid ? cpuSeconds(lpid) : null;
   const u0 = cpuSeconds(env.upstreamPid);
   const c0 = process.cpuUsage();
   const m0 = machineCpu();
-  return () => {
+  return (otherClientS = 0) => {
     const c = process.cpuUsage(c0);
     const m = machineCpu();
     const used = {
       broker_s: pid ? cpuSeconds(pid) - b0 : null,
+      launch_s: lpid ? cpuSeconds(lpid) - l0 : null,
       upstream_s: cpuSeconds(env.upstreamPid) - u0,
-      client_s: (c.user + c.system) / 1e6,
+      client_s: (c.user + c.system) / 1e6 + otherClientS,
       machine_busy_s: m.busy - m0.busy,
       irq_s: m.irq - m0.irq,
     };
     used.others_s = Math.max(
       0,
-      used.machine_busy_s - used.irq_s - used.upstream_s - used.client_s - (used.broker_s ?? 0),
+      used.machine_busy_s -
+        used.irq_s -
+        used.upstream_s -
+        used.client_s -
+        (used.broker_s ?? 0) -
+        (used.launch_s ?? 0),
     );
     return used;
   };
@@ -75,33 +84,15 @@ export async function sequential(target, env) {
 export async function throughput(target, env) {
   const { conc, warmupS, durationS } = env.opts.thr;
   const d = target.dispatcher();
-  const run = async (seconds, lat) => {
-    let ok = 0;
-    const end = nowMs() + seconds * 1000;
-    const worker = async () => {
-      while (nowMs() < end) {
-        const t = nowMs();
-        try {
-          await target.post(d);
-          ok++;
-          lat?.push(nowMs() - t);
-        } catch (err) {
-          target.noteError("throughput", err);
-          await sleep(10); // no hot loop on a failing target; the run is invalid anyway
-        }
-      }
-    };
-    const t0 = nowMs();
-    await Promise.all(Array.from({ length: conc }, worker));
-    return { ok, seconds: (nowMs() - t0) / 1000 };
-  };
+  const run = (seconds, lat) => target.load(d, conc, seconds, lat);
   try {
     await run(warmupS); // opens the connections (and the broker's upstream legs), warms the JIT
     const lat = [];
     const handshakes0 = (await env.control.stats()).tls_handshakes;
     const cpu = cpuMeter(target, env);
     const r = await run(durationS, lat);
-    const used = cpu();
+    // An isolated launch's load generator is another process: its CPU is the client's.
+    const used = cpu(r.client_cpu_s ?? 0);
     // Every connection was opened in the warm-up: a handshake now is a connection not reused.
     const handshakes = (await env.control.stats()).tls_handshakes - handshakes0;
     const s = summarize(lat);
@@ -116,6 +107,13 @@ export async function throughput(target, env) {
       broker_cpu_us_per_req: usPer(used.broker_s, r.ok),
       upstream_cpu_us_per_req: usPer(used.upstream_s, r.ok),
       client_cpu_us_per_req: usPer(used.client_s, r.ok),
+      launch_cpu_us_per_req: usPer(used.launch_s, r.ok),
+      // What one request costs the machine, wherever it is spent: on a shared machine a steadier
+      // figure than req/s, which also depends on the CPU share the bench's processes get.
+      total_cpu_us_per_req: usPer(
+        (used.broker_s ?? 0) + used.upstream_s + used.client_s + (used.launch_s ?? 0),
+        r.ok,
+      ),
       broker_cores: used.broker_s == null ? null : used.broker_s / r.seconds,
       machine_busy_cores: used.machine_busy_s / r.seconds,
       irq_cores: used.irq_s / r.seconds,

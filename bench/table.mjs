@@ -280,7 +280,7 @@ function markdown(header, rows, align) {
 export function variantsTable(variants) {
   const base = variants.find((v) => v.name === "default" && v.result)?.result;
   const rows = variants.map((v) => {
-    if (!v.result) return [v.name, "skipped", "–", "–", "–", "–", "–", v.skipped ?? ""];
+    if (!v.result) return [v.name, "skipped", "–", "–", "–", "–", "–", "–", v.skipped ?? ""];
     const t = v.result;
     return [
       v.name,
@@ -288,6 +288,7 @@ export function variantsTable(variants) {
       num(t.p50_ms),
       num(t.p99_ms),
       num(t.broker_cpu_us_per_req),
+      num(t.total_cpu_us_per_req),
       num(v.peak_hwm_mib),
       base ? ratio(t.rps, base.rps) : "–",
       v.note ?? "",
@@ -299,11 +300,12 @@ export function variantsTable(variants) {
     "p50 (ms)",
     "p99 (ms)",
     "broker CPU µs/req",
+    "all CPU µs/req",
     "peak RSS (MiB)",
     "req/s vs default",
     "note",
   ];
-  return markdown(header, rows, ["l", "r", "r", "r", "r", "r", "r", "l"]);
+  return markdown(header, rows, ["l", "r", "r", "r", "r", "r", "r", "r", "l"]);
 }
 
 /** The whole report: a header, the comparison table, notes and (if any) the variants table. */

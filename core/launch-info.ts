@@ -9,6 +9,8 @@ export interface LaunchInfo {
   /** The command line, as `run` was given it (at most 200 characters). */
   readonly command: string;
   readonly startedAt: string;
+  /** In lists: the broker listens inside the launch's network namespace itself (decision 139). */
+  readonly direct?: boolean;
 }
 
 /** The proxy user name a launch authenticates with. */
@@ -25,4 +27,6 @@ export interface LaunchDesk {
   mint(client: string, command: string, owner?: LaunchOwner): LaunchInfo & { token: string };
   revoke(id: string): LaunchInfo | undefined;
   list(): LaunchInfo[];
+  /** Listens inside the network namespace of `pid`, the launch's jail (decision 139). */
+  listenInside(id: string, token: string, pid: number): Promise<{ host: string; port: number }>;
 }

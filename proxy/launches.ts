@@ -5,8 +5,11 @@
 // client is. Launches live in the broker's memory only and survive reloads (the client is
 // looked up again in each new rule set). A launch minted for a `run` of this machine is tied to
 // that process (decision 136): a sweep every few seconds, off the request path, ends the
-// launches whose `run` is gone, killed before it could give the launch back.
+// launches whose `run` is gone, killed before it could give the launch back. A launch's `run`
+// may ask the broker to listen inside the launch's network namespace itself (decision 139); that
+// listener closes when the launch ends.
 import { randomBytes } from "node:crypto";
+import type { Server, Socket } from "node:net";
 import {
   LAUNCH_USER_PREFIX,
   type LaunchDesk,
@@ -14,6 +17,7 @@ import {
   type LaunchOwner,
 } from "../core/launch-info.js";
 import { sameToken } from "../core/same-token.js";
+import { listenInJail, RefusedListener } from "./launch-listener.js";
 import { processStart } from "./process-start.js";
 import type { ClientState, Runtime } from "./runtime.js";
 
@@ -30,8 +34,20 @@ const SWEEP_MS = 2000;
 
 export { LAUNCH_USER_PREFIX, type LaunchInfo, type LaunchOwner };
 
+/** Where a launch's own listener sends its connections: the broker's port and its server. */
+export interface DirectServing {
+  readonly port: number;
+  accept(socket: Socket): void;
+}
+
 export class Launches implements LaunchDesk {
   readonly #byId = new Map<string, Launch>();
+  /** The listeners made inside launches' network namespaces, by launch id (decision 139). */
+  readonly #listeners = new Map<string, Server>();
+  /** Launches whose listener is being made (a second request meanwhile is refused). */
+  readonly #making = new Set<string>();
+  /** Set once the broker listens: where a launch's own listener's connections go. */
+  serving: DirectServing | undefined;
   /** Derived client states, per rule set (a reload builds new ones). */
   #derived = new WeakMap<Runtime, Map<string, ClientState>>();
   #sweep: NodeJS.Timeout | undefined;
@@ -69,13 +85,52 @@ export class Launches implements LaunchDesk {
       if (processStart(launch.owner.pid) === launch.owner.start) tied++;
       else if (this.revoke(launch.id) !== undefined) this.onGone?.(info(launch));
     }
-    if (tied === 0) this.close();
+    if (tied === 0) this.#stopSweep();
   }
 
-  /** Stops the sweep (the broker closes). */
-  close(): void {
+  #stopSweep(): void {
     clearInterval(this.#sweep);
     this.#sweep = undefined;
+  }
+
+  /** Stops the sweep and closes the launches' own listeners (the broker closes). */
+  close(): void {
+    this.#stopSweep();
+    this.serving = undefined;
+    for (const server of this.#listeners.values()) server.close();
+    this.#listeners.clear();
+  }
+
+  /**
+   * Listens at the broker's port of 127.0.0.1 inside the network namespace of `pid`, a process
+   * of the launch's own `run` (its jail), and serves what comes there as the broker's own
+   * connections (decision 139). `token` must be the launch's. Rejects with RefusedListener
+   * saying why not: `run` then relays instead.
+   */
+  async listenInside(id: string, token: string, pid: number): Promise<{ host: string; port: number }> {
+    const launch = this.#byId.get(id);
+    if (launch === undefined || !sameToken(token, launch.token))
+      throw new RefusedListener(`no launch ${id} with that token is running`);
+    if (this.#listeners.has(id) || this.#making.has(id))
+      throw new RefusedListener(`launch ${id} already has its listener`);
+    const serving = this.serving;
+    if (serving === undefined) throw new RefusedListener("the broker is not listening");
+    this.#making.add(id);
+    let server: Server;
+    try {
+      server = await listenInJail(launch.owner, pid, "127.0.0.1", serving.port);
+    } finally {
+      this.#making.delete(id);
+    }
+    // Ended (or the broker closed) while the listener was made: it goes at once.
+    if (!this.#byId.has(id) || this.serving !== serving) {
+      server.close();
+      throw new RefusedListener(`launch ${id} ended`);
+    }
+    server.on("connection", (socket: Socket) => serving.accept(socket));
+    server.on("error", () => server.close());
+    this.#listeners.set(id, server);
+    return { host: "127.0.0.1", port: serving.port };
   }
 
   /** Ends a launch: its token stops working at once. Returns it, or undefined if unknown. */
@@ -83,12 +138,19 @@ export class Launches implements LaunchDesk {
     const launch = this.#byId.get(id);
     if (launch === undefined) return undefined;
     this.#byId.delete(id);
+    // Its namespace lives as long as a socket in it is open: the listener goes with the launch.
+    this.#listeners.get(id)?.close();
+    this.#listeners.delete(id);
     this.#derived = new WeakMap();
     return info(launch);
   }
 
+  /** The running launches; `direct` when the broker listens inside the launch itself. */
   list(): LaunchInfo[] {
-    return [...this.#byId.values()].map(info);
+    return [...this.#byId.values()].map((l) => ({
+      ...info(l),
+      ...(this.#listeners.has(l.id) ? { direct: true } : {}),
+    }));
   }
 
   /**

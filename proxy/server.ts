@@ -322,6 +322,8 @@ export class Broker implements AdminHost {
     const addr = await this.#listener.listen(port, host);
     const shown = addr.address.includes(":") ? `[${addr.address}]` : addr.address;
     this.#address = { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}` };
+    // A launch's own listener, made inside its network namespace, serves as this one (decision 139).
+    this.launches.serving = { port: addr.port, accept: (socket) => this.#listener.acceptConnection(socket) };
     if (this.#opts.advertise) this.#advertise();
     return this.#address;
   }

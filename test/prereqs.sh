@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs before `npm test` (the `pretest` script): the suite drives real programs (curl, Python
-# requests/httpx, Chromium, redis-server, promtool, unshare and ip for isolation and off-loopback
+# requests/httpx, Chromium, redis-server, promtool, unshare, nsenter, ip and ss for isolation and off-loopback
 # peers), and a missing one should stop the run here with the command to fix it, not surface
 # as a wall of failing tests. As root on Debian it installs what is missing, as CI does.
 # It also installs the coding agents the agent recipes test runs (test/agents, decision 145).
@@ -25,7 +25,9 @@ need /usr/bin/chromium chromium
 need redis-server redis-server
 need promtool prometheus
 need unshare util-linux
+need nsenter util-linux
 need ip iproute2
+need ss iproute2
 /usr/bin/python3 -c 'import requests, httpx' >/dev/null 2>&1 || missing+=(python3 python3-requests python3-httpx)
 
 [ "${#missing[@]}" -eq 0 ] && exit 0

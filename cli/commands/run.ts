@@ -183,6 +183,15 @@ ${COMMON_HELP}`,
           dir,
           broker: { host: where.hostname, port: Number(where.port) },
           accept: broker === undefined ? undefined : (socket) => broker!.acceptConnection(socket),
+          // A running broker listens inside the launch itself, so no relay is needed (decision 139).
+          direct:
+            running === undefined
+              ? undefined
+              : (pid) =>
+                  adminRequest(ctx.home, running, "POST", `launches/${launch.id}/listen`, {
+                    token: launch.token,
+                    pid,
+                  }),
           authorization: `Basic ${Buffer.from(`${launch.user}:${launch.token}`).toString("base64")}`,
           hide: hiddenPaths(rules, ctx.home, ctx.cwd, [path, view.rules.origin, ...(launch.hide ?? [])]),
           allow,

@@ -3,7 +3,8 @@
 // hides the broker's files, listens where the proxy variables point, then runs the agent in one more
 // user and mount namespace as the user's own uid: there the mounts made here are locked (the
 // agent cannot unmount them to see what they hide) and it holds no capability over them. Its
-// listeners go to `run` over the IPC channel (no relay in here); it passes on the signals `run`
+// listeners go to `run` over the IPC channel (no relay in here), the proxy's only when the broker
+// could not listen in here itself (decision 139); it passes on the signals `run`
 // sends, and exits with the agent's status; the kernel then ends every process left in the PID
 // namespace.
 import { spawn, spawnSync } from "node:child_process";
@@ -53,6 +54,25 @@ function bindHosts(plan: JailPlan): void {
   must("mount", ["--bind", hosts, "/etc/hosts"]);
 }
 
+/**
+ * Tells `run` loopback is up and waits for its answer: whether it still needs the proxy listener
+ * (true), or the broker now listens in here itself (decision 139). `run` gone meanwhile ends this.
+ */
+function relayWanted(): Promise<boolean> {
+  return new Promise((resolve) => {
+    const gone = () => process.exit(137);
+    const onMessage = (m: JailMessage) => {
+      if (m.type !== "listen") return;
+      process.off("message", onMessage);
+      process.off("disconnect", gone);
+      resolve(m.relay);
+    };
+    process.on("message", onMessage);
+    process.once("disconnect", gone);
+    process.send?.({ type: "net" } satisfies JailMessage);
+  });
+}
+
 /** Listens inside the namespace and hands the listener to `run`, which accepts on it. */
 function handOver(message: JailMessage, host: string, port: number): Promise<void> {
   const server = createServer();
@@ -88,8 +108,9 @@ async function main(): Promise<void> {
   );
   hide(plan);
   bindHosts(plan);
+  const relay = await relayWanted();
   try {
-    await handOver({ type: "proxy" }, "127.0.0.1", plan.port);
+    if (relay) await handOver({ type: "proxy" }, "127.0.0.1", plan.port);
     for (const [index, a] of plan.allow.entries())
       await handOver({ type: "allow", index }, a.address, a.port);
   } catch (err) {

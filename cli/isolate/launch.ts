@@ -1,7 +1,8 @@
 // The outside of `run --isolate` (decision 115): the launch's private folder (a copy of the
 // public CA bundle, the plan), then `unshare` starting cli/isolate/jail.ts as PID 1 of the new
 // namespaces, with Node's IPC channel between them: the jail hands over the listeners it made
-// inside, and `run` accepts the agent's connections on them. Signals `run` receives go to the
+// inside, and `run` accepts the agent's connections on them; with a running broker, the broker
+// is first asked to listen inside itself, so no relay is needed (decision 139). Signals `run` receives go to the
 // agent over the same channel: `unshare` itself does not pass them on.
 import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -39,6 +40,11 @@ export interface IsolatedRun {
   readonly broker: { readonly host: string; readonly port: number };
   /** Serves a connection from the agent in this process (run's own broker); else relayed to `broker`. */
   readonly accept: ((socket: Socket) => void) | undefined;
+  /**
+   * Asks the running broker to listen inside the launch itself (decision 139), given the pid of a
+   * process in the launch's namespaces; rejects with why not, and `run` then relays.
+   */
+  readonly direct: ((pid: number) => Promise<unknown>) | undefined;
   /** The launch's Proxy-Authorization value, for the CONNECTs of --allow-connect. */
   readonly authorization: string;
   readonly hide: HiddenPaths;
@@ -91,11 +97,29 @@ export async function runIsolated(r: IsolatedRun): Promise<number> {
     { stdio: ["inherit", "inherit", "inherit", "ipc"], env: jailEnv },
   );
   const toBroker = () => connect(r.broker.port, r.broker.host);
+  const send = (m: JailMessage) => {
+    if (child.connected) child.send(m);
+  };
+  // `unshare` itself is in the launch's user and network namespaces (only the PID namespace is
+  // its child's), and it is this process's child: the broker checks both.
+  const askDirect = async (): Promise<boolean> => {
+    if (r.direct === undefined || child.pid === undefined) return true;
+    try {
+      await r.direct(child.pid);
+      return false;
+    } catch (err) {
+      r.err(
+        `keybroker run --isolate: the agent's connections go through run's relay: ${(err as Error).message}`,
+      );
+      return true;
+    }
+  };
   const listeners: Server[] = [];
   let stage: "none" | "up" | "ready" = "none";
   child.on("message", (m: JailMessage, handle: unknown) => {
     if (m.type === "up" && stage === "none") stage = "up";
     else if (m.type === "ready") stage = "ready";
+    else if (m.type === "net") void askDirect().then((relay) => send({ type: "listen", relay }));
     else if (handle instanceof Server) {
       listeners.push(handle);
       const allowed = m.type === "allow" ? r.allow[m.index] : undefined;

@@ -32,9 +32,14 @@ export interface JailPlan {
   readonly nodeOptions: string | undefined;
 }
 
-/** Between `run` and the jail, over Node's IPC channel (listeners go with "proxy" and "allow"). */
+/**
+ * Between `run` and the jail, over Node's IPC channel (listeners go with "proxy" and "allow").
+ * "net": loopback is up, may the broker listen inside itself? "listen": `run`'s answer, `relay`
+ * when the jail must make the proxy listener for `run` after all (decision 139).
+ */
 export type JailMessage =
-  | { readonly type: "up" | "ready" | "proxy" }
+  | { readonly type: "up" | "ready" | "proxy" | "net" }
+  | { readonly type: "listen"; readonly relay: boolean }
   | { readonly type: "allow"; readonly index: number }
   | { readonly type: "signal"; readonly signal: NodeJS.Signals };
 

@@ -1,7 +1,8 @@
 // What carries an isolated agent's connections to the broker (decision 115). The listeners live
 // in the launch's network namespace (made there by cli/isolate/jail.ts) but are handed to `run`
 // outside, which accepts on them: `run`'s own broker serves each connection in-process, with no
-// relay at all; a running broker gets it over one TCP connection. `--allow-connect host:port`
+// relay at all; a running broker listens inside itself (decision 139) and gets a connection over
+// one TCP connection from here only when it could not. `--allow-connect host:port`
 // connections open the broker's CONNECT tunnel to that one destination, then pass bytes.
 import type { Socket } from "node:net";
 
