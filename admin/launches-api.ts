@@ -6,8 +6,12 @@
 //   POST   launches/<id>/listen { token, pid } → { listening: "127.0.0.1:<port>" } (decision 139)
 import type { IncomingMessage } from "node:http";
 import { BrokerError } from "../core/errors.js";
-import { LAUNCH_USER_PREFIX, type LaunchInfo, type LaunchOwner } from "../core/launch-info.js";
-import { RefusedListener } from "../proxy/launch-listener.js";
+import {
+  LAUNCH_USER_PREFIX,
+  type LaunchInfo,
+  type LaunchOwner,
+  RefusedListener,
+} from "../core/launch-info.js";
 import { secretFiles } from "../secrets/secret-files.js";
 import type { AdminHost } from "./host.js";
 

@@ -30,3 +30,6 @@ export interface LaunchDesk {
   /** Listens inside the network namespace of `pid`, the launch's jail (decision 139). */
   listenInside(id: string, token: string, pid: number): Promise<{ host: string; port: number }>;
 }
+
+/** Why the broker will not listen inside a launch (decision 139): the admin API answers 400 with it. */
+export class RefusedListener extends Error {}

@@ -7,10 +7,12 @@
 // socket, as `cluster` does); the helper then exits and the broker accepts on that socket.
 // Only a process that is a child of the launch's own `run` and in a network namespace of its own
 // is entered; every refusal says why, and `run` then relays as before.
+
 import { spawn } from "node:child_process";
 import { readFileSync, readlinkSync } from "node:fs";
 import { Server } from "node:net";
 import type { LaunchOwner } from "../core/launch-info.js";
+import { RefusedListener } from "../core/launch-info.js";
 import { processStart } from "./process-start.js";
 
 /**
@@ -49,8 +51,6 @@ function namespaceOf(pid: number | "self", kind: "net" | "user"): string | undef
     return undefined;
   }
 }
-
-export class RefusedListener extends Error {}
 
 /**
  * Why `pid` may not be entered for a launch tied to `owner`, or undefined when it may: it must be

@@ -15,9 +15,10 @@ import {
   type LaunchDesk,
   type LaunchInfo,
   type LaunchOwner,
+  RefusedListener,
 } from "../core/launch-info.js";
 import { sameToken } from "../core/same-token.js";
-import { listenInJail, RefusedListener } from "./launch-listener.js";
+import { listenInJail } from "./launch-listener.js";
 import { processStart } from "./process-start.js";
 import type { ClientState, Runtime } from "./runtime.js";
 

@@ -4,7 +4,7 @@
 // just built) this costs a walk over the sources, no compiler run. It also gives the run one
 // temporary folder of its own, removed at the end.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 
@@ -41,6 +41,8 @@ export function staleSources(): string[] {
  */
 function oneTemporaryFolder(): () => void {
   const run = mkdtempSync(join(tmpdir(), "kb-test-"));
+  // As open as /tmp itself: some tests run the CLI as the user nobody.
+  chmodSync(run, 0o1777);
   process.env.TMPDIR = run;
   return () => rmSync(run, { recursive: true, force: true, maxRetries: 5 });
 }

@@ -225,3 +225,14 @@ export function findSecrets(
   }
   return hits;
 }
+
+/**
+ * `args` with this home and rule file added, the way the fixtures run the CLI. `--config` is left
+ * out of the commands that read no rule file, which refuse it (decision 144).
+ */
+export function homeArgs(args: string[], home: string, config: string): string[] {
+  const readsNoRules =
+    ["ca", "audit", "init", "stop"].includes(args[0] ?? "") ||
+    (args[0] === "admin" && args[1] === "password");
+  return readsNoRules ? [...args, "--home", home] : [...args, "--home", home, "--config", config];
+}

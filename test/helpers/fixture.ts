@@ -9,6 +9,7 @@ import {
   type CliResult,
   cliAsync,
   findSecrets,
+  homeArgs,
   startBroker,
   tempHome,
   writeConfig,
@@ -106,7 +107,7 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
   const { upstream, home, dir, config, env } = await prepareFixture(opts);
   const broker = await startBroker({ home, config, env });
   const cli = (args: string[], cliOpts: { env?: Record<string, string> } = {}) =>
-    cliAsync([...args, "--home", home, "--config", config], cliOpts);
+    cliAsync(homeArgs(args, home, config), cliOpts);
   const cache = new Map<string, Promise<Record<string, string>>>();
   return {
     upstream,

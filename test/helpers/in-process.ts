@@ -10,7 +10,7 @@ import { ProxyAgent } from "undici";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
-import { type CliResult, cliAsync, findSecrets, outputs, tempHome } from "./broker.js";
+import { type CliResult, cliAsync, findSecrets, homeArgs, outputs, tempHome } from "./broker.js";
 import { ALL_REAL, type FixtureOptions, prepareFixture } from "./fixture.js";
 import { agentPlaceholders, placeholderOf } from "./placeholders.js";
 import type { FakeUpstream } from "./upstream.js";
@@ -110,7 +110,7 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
     broker,
     home,
     dir,
-    cli: (args, cliOpts = {}) => cliAsync([...args, "--home", home, "--config", config], cliOpts),
+    cli: (args, cliOpts = {}) => cliAsync(homeArgs(args, home, config), cliOpts),
     proxyAgent: () =>
       new ProxyAgent({ uri: broker.url, requestTls: { ca: readFileSync(broker.caPath, "utf8") } }),
     placeholders,

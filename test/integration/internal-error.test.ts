@@ -2,7 +2,9 @@
 // internal_error with a generic message (nothing of the error's text or stack, which may hold
 // anything), logs the error with its stack, and the broker keeps serving. The bug is real: an
 // in-process broker built from rules with a faulty part, a provider rule whose `policy` throws
-// a TypeError once the broker is serving (as a stage reading a half-built rule would).
+// a TypeError once the broker is serving (as a stage reading a half-built rule would). It is the
+// injection settings, which every request toward a key provider reads (the policy stage runs only
+// for rule sets that have policy, decision 170).
 import { readFileSync } from "node:fs";
 import { ProxyAgent, request } from "undici";
 import { afterEach, expect, it } from "vitest";
@@ -32,11 +34,11 @@ providers:
   anthropic: { credentials: [ANTHROPIC_API_KEY] }
 `);
   const faulty = (rule: ProviderRule): ProviderRule => {
-    const policy = rule.policy;
-    return Object.defineProperty({ ...rule }, "policy", {
+    const inject = rule.inject;
+    return Object.defineProperty({ ...rule }, "inject", {
       get: () => {
-        if (armed()) throw new TypeError(`cannot read the policy (${DETAIL})`);
-        return policy;
+        if (armed()) throw new TypeError(`cannot read the injection settings (${DETAIL})`);
+        return inject;
       },
     });
   };
@@ -72,12 +74,12 @@ it("a throw that is not a refusal answers 500 internal_error, logged with its st
   expect(res.headers["x-keybroker-error"]).toBe("internal_error");
   expect(JSON.parse(text).error.type).toBe("internal_error");
   expect(text).toContain("internal error in keybroker; see its log");
-  for (const told of [DETAIL, "TypeError", "policy", " at "]) expect(text).not.toContain(told);
+  for (const told of [DETAIL, "TypeError", "injection", " at "]) expect(text).not.toContain(told);
   expect(u.received.filter((r) => r.url === "/v1/chat/completions")).toEqual([]);
 
   const logged = lines.map((l) => JSON.parse(l) as { msg: string; err?: { stack?: string } });
   const line = logged.find((l) => l.msg === "internal error while handling a request");
-  expect(line?.err?.stack).toContain(`TypeError: cannot read the policy (${DETAIL})`);
+  expect(line?.err?.stack).toContain(`TypeError: cannot read the injection settings (${DETAIL})`);
   expect(line?.err?.stack).toMatch(/\n +at /);
 
   // The broker serves everyone else as before.
