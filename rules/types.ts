@@ -102,6 +102,8 @@ export interface OAuthSpec extends OAuthAsWritten {
   readonly clientId: string;
   /** Credential reference of the client secret (confidential clients). */
   readonly clientSecret?: string;
+  /** A published installed-app secret (decision 160), sent in the body; not a credential. */
+  readonly publicClientSecret?: string;
   /** How the client secret is sent; `none` for a public client. */
   readonly clientAuth: "client_secret_basic" | "client_secret_post" | "none";
   readonly scopes: readonly string[];

@@ -65,6 +65,11 @@ export const oauthSchema = strict({
   /** SPEC §15: the client ID metadata document keybroker presents to an MCP server's AS. */
   client_metadata_url: endpointUrl.optional(),
   client_secret: credentialRefSchema.optional(),
+  /**
+   * An installed app's client secret that its vendor publishes as not secret (Google's, in
+   * Gemini CLI's source): written as is, sent in the body (decision 160).
+   */
+  public_client_secret: nonEmpty().optional(),
   client_auth: z.enum(["client_secret_basic", "client_secret_post"]).optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
   authorize_params: oauthParams.optional(),
@@ -133,6 +138,9 @@ export function checkOAuth(oauth: OAuthInput, ctx: RefineContext): void {
   }
   if (oauth.client_auth !== undefined && oauth.client_secret === undefined) {
     issue(["client_auth"], "client_auth needs a client_secret");
+  }
+  if (oauth.public_client_secret !== undefined && oauth.client_secret !== undefined) {
+    issue(["public_client_secret"], "give client_secret or public_client_secret, not both");
   }
 }
 

@@ -138,6 +138,8 @@ export class OAuthClient {
   }
 
   async #clientAuth(): Promise<oauth.ClientAuth> {
+    if (this.spec.publicClientSecret !== undefined)
+      return oauth.ClientSecretPost(this.spec.publicClientSecret);
     if (this.spec.clientAuth === "none") return oauth.None();
     const secret = await this.#clientSecret();
     if (secret === undefined) {
