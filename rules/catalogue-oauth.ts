@@ -64,6 +64,7 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       revocation_endpoint: "https://oauth2.googleapis.com/revoke",
       client_id: "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com",
       public_client_secret: "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",
+      id_token_issuer: "https://accounts.google.com",
       scopes: [
         "https://www.googleapis.com/auth/cloud-platform",
         "https://www.googleapis.com/auth/userinfo.email",

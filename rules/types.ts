@@ -104,6 +104,8 @@ export interface OAuthSpec extends OAuthAsWritten {
   readonly clientSecret?: string;
   /** A published installed-app secret (decision 160), sent in the body; not a credential. */
   readonly publicClientSecret?: string;
+  /** `oauth.id_token_issuer`: the `iss` of the server's id tokens, when not the token endpoint's origin. */
+  readonly idTokenIssuer?: string;
   /** How the client secret is sent; `none` for a public client. */
   readonly clientAuth: "client_secret_basic" | "client_secret_post" | "none";
   readonly scopes: readonly string[];

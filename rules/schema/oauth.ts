@@ -70,6 +70,8 @@ export const oauthSchema = strict({
    * Gemini CLI's source): written as is, sent in the body (decision 160).
    */
   public_client_secret: nonEmpty().optional(),
+  /** The `iss` of the server's id tokens when it is not the token endpoint's origin (Google's). */
+  id_token_issuer: endpointUrl.optional(),
   client_auth: z.enum(["client_secret_basic", "client_secret_post"]).optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
   authorize_params: oauthParams.optional(),
