@@ -9,6 +9,8 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
   // ChatGPT sign-in, as Codex CLI (codex-rs/login) and hermes' openai-codex use it.
   "codex-oauth": {
     hosts: ["chatgpt.com"],
+    mount: "/p/codex-oauth",
+    upstream: "https://chatgpt.com/backend-api",
     inject: { header: "authorization", format: "Bearer {secret}" },
     oauth: {
       grant: "pkce",
@@ -29,6 +31,8 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
   // Claude Pro/Max sign-in, as Claude Code uses it (values of the public implementations).
   "claude-oauth": {
     hosts: ["api.anthropic.com"],
+    mount: "/p/claude-oauth",
+    upstream: "https://api.anthropic.com",
     inject: { header: "authorization", format: "Bearer {secret}" },
     placeholder: { env: "CLAUDE_OAUTH_ACCESS_TOKEN", prefix: "sk-ant-oat01-kb-" },
     oauth: {
@@ -46,7 +50,6 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
         "user:file_upload",
       ],
       redirect_uri: "http://localhost:53692/callback",
-      authorize_params: { code: "true" },
     },
   },
   // Google sign-in, as Gemini CLI (packages/core/src/code_assist/oauth2.ts) uses it: an
@@ -55,6 +58,8 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
   // cloudcode-pa.googleapis.com; only the phantoms are swapped on those shared hosts.
   "gemini-oauth": {
     hosts: ["cloudcode-pa.googleapis.com", "www.googleapis.com", "oauth2.googleapis.com"],
+    mount: "/p/gemini-oauth",
+    upstream: "https://cloudcode-pa.googleapis.com",
     inject: { header: "authorization", format: "Bearer {secret}", query: "access_token" },
     placeholder: { env: "GEMINI_OAUTH_ACCESS_TOKEN", prefix: "ya29.kb-" },
     oauth: {

@@ -22,7 +22,11 @@ function expiresInOf(answer: Record<string, unknown>, access: string, now: numbe
 
 /** Who signed in, from the id token's claims or the answer's account (never a token). */
 export function accountOf(answer: Record<string, unknown>, idToken: string | undefined): string | undefined {
-  const claims = (idToken === undefined ? undefined : jwtPayload(idToken)) ?? {};
+  const access = answer.access_token ?? answer.accessToken;
+  const claims =
+    (idToken === undefined ? undefined : jwtPayload(idToken)) ??
+    (typeof access === "string" ? jwtPayload(access) : undefined) ??
+    {};
   const openai = claims["https://api.openai.com/auth"] as Record<string, unknown> | undefined;
   const account = answer.account as Record<string, unknown> | undefined;
   for (const v of [
