@@ -55,6 +55,9 @@ export interface FakeVendor {
   accessTtl: number;
   /** Answer backend requests with a usage-limit error while set. */
   limited: boolean;
+  /** Codex: the ChatGPT account the next sign-in is for; the accounts out of quota. */
+  account: string;
+  readonly limitedAccounts: Set<string>;
   /** Answer token requests with 500 while set (a passing failure). */
   failing: boolean;
   /** A finished sign-in: an authorization code the token endpoint takes once. */
@@ -102,6 +105,8 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     backend: [],
     accessTtl: 3600,
     limited: false,
+    account: ACCOUNT_ID,
+    limitedAccounts: new Set(),
     failing: false,
     code() {
       const c = `code-${hex(8)}`;
@@ -126,7 +131,7 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     const exp = now + fake.accessTtl;
     let out: Record<string, unknown>;
     if (vendor === "codex") {
-      const auth = { chatgpt_account_id: ACCOUNT_ID, chatgpt_plan_type: "pro", chatgpt_user_id: "user-1" };
+      const auth = { chatgpt_account_id: fake.account, chatgpt_plan_type: "pro", chatgpt_user_id: "user-1" };
       const at = vendorJwt({
         aud: ["https://api.openai.com/v1"],
         exp,
@@ -232,7 +237,9 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     (check: (req: IncomingMessage) => boolean, limitBody: unknown) =>
     (req: IncomingMessage, res: ServerResponse) => {
       const ok = fake.valid(bearer(req)) && check(req);
-      const status = !ok ? 401 : fake.limited ? 429 : 200;
+      const account = req.headers["chatgpt-account-id"];
+      const limited = fake.limited || (typeof account === "string" && fake.limitedAccounts.has(account));
+      const status = !ok ? 401 : limited ? 429 : 200;
       fake.backend.push(status);
       json(
         res,
@@ -247,9 +254,19 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   if (vendor === "codex") {
     u.routes.set(
       "POST /backend-api/codex/responses",
-      backend((req) => req.headers["chatgpt-account-id"] === ACCOUNT_ID, {
-        error: { type: "usage_limit_reached", resets_in_seconds: 600 },
-      }),
+      backend(
+        (req) => {
+          // The account header must name the account of the token presented.
+          const payload = Buffer.from(bearer(req).split(".")[1] ?? "", "base64url").toString() || "{}";
+          const claims = JSON.parse(payload) as Record<string, Record<string, string> | undefined>;
+          return (
+            req.headers["chatgpt-account-id"] === claims["https://api.openai.com/auth"]?.chatgpt_account_id
+          );
+        },
+        {
+          error: { type: "usage_limit_reached", resets_in_seconds: 600 },
+        },
+      ),
     );
   } else if (vendor === "claude") {
     u.routes.set(
