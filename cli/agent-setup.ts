@@ -104,6 +104,16 @@ export async function buildAgentVariables(
  * are left out. Without it, both are exported as before and a note says which an agent that
  * reads the key's variable ends up billed on, once the subscription has a login.
  */
+/**
+ * The API-key provider an agent prefers over each catalogue subscription when it finds the key's
+ * variable (Codex's CODEX_API_KEY/OPENAI_API_KEY, Claude Code's ANTHROPIC_API_KEY).
+ */
+const SUBSCRIPTION_OF: Readonly<Record<string, string>> = {
+  "codex-oauth": "openai",
+  "claude-oauth": "anthropic",
+  "gemini-oauth": "gemini",
+};
+
 export async function chooseForSharedHosts(
   ctx: Context,
   rules: Rules,
@@ -123,8 +133,9 @@ export async function chooseForSharedHosts(
   for (const login of view.providers.filter((id) => rule(id)?.kind === "oauth_login")) {
     for (const key of view.providers.filter((id) => rule(id)?.kind === "key_pool")) {
       const shared = [...hostsOf(login)].filter((h) => hostsOf(key).has(h));
-      if (shared.length === 0) continue;
-      const host = shared[0]!.replace(/:443$/, "");
+      // Or the same agent's two ways in on different hosts (Codex: api.openai.com, chatgpt.com).
+      if (shared.length === 0 && SUBSCRIPTION_OF[login] !== key) continue;
+      const host = (shared[0] ?? [...hostsOf(login)][0] ?? login).replace(/:443$/, "");
       if (use === login || use === key) {
         const other = use === login ? key : login;
         drop.add(other);
@@ -144,7 +155,7 @@ export async function chooseForSharedHosts(
       if (!withLogins.has(login)) continue;
       const vars = rule(key)!.placeholder.env.join(", ");
       note(
-        `${host}: both ${key} (an API key, billed per request) and ${login} (a subscription login) can serve it; ${vars} is exported, and an agent that finds it uses the API key — keybroker run --use ${login} exports only the subscription's`,
+        `${host}: both ${key} (an API key, billed per request) and ${login} (a subscription login) serve this agent; ${vars} is exported, and an agent that finds it uses the API key — keybroker run --use ${login} exports only the subscription's`,
       );
     }
   }

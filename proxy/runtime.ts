@@ -71,7 +71,7 @@ async function withAliasCredential(rule: ProviderRule, resolver: SecretResolver)
 /** An OAuth provider's token or revocation endpoint, where agents' own sign-ins are captured. */
 export interface OAuthEndpoint {
   readonly provider: ProviderState;
-  readonly role: "token" | "revoke";
+  readonly role: "token" | "revoke" | "check";
   /** Origin and path, as the rule names it. */
   readonly url: string;
 }
@@ -215,6 +215,7 @@ export class Runtime {
     for (const [url, role] of [
       [o.tokenEndpoint, "token"],
       [o.revocationEndpoint, "revoke"],
+      [o.tokenInfoEndpoint, "check"],
     ] as const) {
       if (url === undefined) continue;
       const u = new URL(url);

@@ -67,6 +67,7 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       authorization_endpoint: "https://accounts.google.com/o/oauth2/v2/auth",
       token_endpoint: "https://oauth2.googleapis.com/token",
       revocation_endpoint: "https://oauth2.googleapis.com/revoke",
+      token_info_endpoint: "https://oauth2.googleapis.com/tokeninfo",
       client_id: "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com",
       public_client_secret: "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",
       id_token_issuer: "https://accounts.google.com",

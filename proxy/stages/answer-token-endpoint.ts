@@ -19,6 +19,7 @@ import { request } from "undici";
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { answerFromLogin, labelFor, loginFromAnswer, phantomAnswer } from "../../secrets/oauth/capture.js";
+import { type PhantomBinding, Phantoms } from "../../secrets/oauth/phantoms.js";
 import { isExpired, refreshAt } from "../../secrets/oauth/refresher.js";
 import type { Exchange } from "../exchange.js";
 import { originOf } from "../exchange.js";
@@ -88,6 +89,7 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
     const body = parseBody(raw, x.req.headers["content-type"]);
     if (body === undefined) return forwardAsIs(x, agent, raw, endpoint, log);
     const phantoms = x.rt.phantoms;
+    if (endpoint.role === "check") return forwardCheck(x, agent, body, endpoint);
     if (endpoint.role === "revoke") {
       // A logout with a phantom: nothing to tell the server, the login stays (auth remove ends it).
       if (Object.values(body.params).some((v) => phantoms.read(v) !== undefined)) answer(x, 200, {});
@@ -165,6 +167,14 @@ async function send(
   body: Buffer,
   endpoint: OAuthEndpoint,
 ): Promise<Upstream> {
+  // No phantom ever reaches the authorization server (SPEC §19): one left here is refused.
+  const texts = [body.toString("utf8"), ...x.headers];
+  if (texts.some((t) => Phantoms.mayHold(t) && x.rt.phantoms.find(t).length > 0)) {
+    answer(x, 400, {
+      error: "invalid_request",
+      error_description: "a keybroker token cannot go to the server",
+    });
+  }
   const headers: Record<string, string> = {};
   for (let i = 0; i < x.headers.length; i += 2) {
     const name = x.headers[i]!;
@@ -288,6 +298,38 @@ async function capture(
   x.secret = entry.secret;
   log?.info({ provider, credential: id }, "an agent's own sign-in was taken into custody");
   answer(x, up.status, phantomAnswer(x.rt.phantoms, json, provider, id));
+}
+
+/**
+ * A token check (Google's tokeninfo, the token in a form body): each phantom of this provider
+ * is swapped for its login's real token, on this endpoint only, and the answer relayed.
+ */
+async function forwardCheck(
+  x: Exchange,
+  agent: () => Agent,
+  body: Body,
+  endpoint: OAuthEndpoint,
+): Promise<void> {
+  const provider = endpoint.provider.rule.id;
+  const realOf = (bound: PhantomBinding): string => {
+    const login = bound.provider === provider ? x.rt.logins?.get(provider, bound.id)?.login : undefined;
+    const real =
+      bound.kind === "id" ? login?.idToken : bound.kind === "access" ? login?.accessToken : undefined;
+    if (real === undefined) answer(x, 400, { error: "invalid_token", error_description: "unknown token" });
+    return real;
+  };
+  // In the body (a form's access_token) and in the headers (google-auth-library sends a bearer).
+  const params = { ...body.params };
+  for (const [k, v] of Object.entries(params)) {
+    const bound = x.rt.phantoms.read(v);
+    if (bound !== undefined) params[k] = realOf(bound);
+  }
+  for (let i = 1; i < x.headers.length; i += 2) {
+    for (const { token, binding } of x.rt.phantoms.find(x.headers[i]!))
+      x.headers[i] = x.headers[i]!.replace(token, () => realOf(binding));
+  }
+  const sent = body.json ? JSON.stringify(params) : new URLSearchParams(params).toString();
+  relay(x, await send(x, agent, Buffer.from(sent), endpoint));
 }
 
 /** Codex's id-token exchange: the exchanged token goes back as an inert phantom (decision 164). */

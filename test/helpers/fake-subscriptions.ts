@@ -90,6 +90,10 @@ function params(req: IncomingMessage, body: Buffer): Record<string, string> {
   return Object.fromEntries(new URLSearchParams(text));
 }
 
+/** Whether anything shaped like a keybroker phantom is in the request (URL, headers, body). */
+const phantomIn = (req: IncomingMessage, body: Buffer) =>
+  /kbph_|eyJrYmwiOi/.test(`${req.url ?? ""} ${JSON.stringify(req.headers)} ${body.toString()}`);
+
 const bearer = (req: IncomingMessage) => String(req.headers.authorization ?? "").replace(/^Bearer /i, "");
 
 export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
@@ -191,7 +195,7 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   const revokePath =
     vendor === "codex" ? "/oauth/revoke" : vendor === "claude" ? "/v1/oauth/revoke" : "/revoke";
   u.routes.set(`POST ${tokenPath}`, (req, res, body) => {
-    if (/kbph_|eyJrYmwiOi/.test(body.toString())) fake.phantomsSeen++;
+    if (phantomIn(req, body)) fake.phantomsSeen++;
     if (fake.failing) return json(res, 500, { error: "server_error" });
     const p = params(req, body);
     if (p.client_id !== CLIENT_IDS[vendor]) return json(res, 401, { error: "invalid_client" });
@@ -227,7 +231,7 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     }
   });
   u.routes.set(`POST ${revokePath}`, (req, res, body) => {
-    if (/kbph_|eyJrYmwiOi/.test(body.toString())) fake.phantomsSeen++;
+    if (phantomIn(req, body)) fake.phantomsSeen++;
     const t = params(req, body).token ?? "";
     for (const g of grants) if (g.refresh.has(t)) g.revoked = true;
     access.delete(t);
@@ -285,8 +289,13 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
       "GET /oauth2/v2/userinfo",
       backend(() => true, {}),
     );
-    u.routes.set("GET /tokeninfo", (req, res) => {
-      const t = new URL(req.url ?? "/", "https://x").searchParams.get("access_token") ?? "";
+    // google-auth-library's getTokenInfo POSTs the token in a form body; a GET with a query works too.
+    const tokeninfo = (req: IncomingMessage, res: ServerResponse, body: Buffer) => {
+      if (phantomIn(req, body)) fake.phantomsSeen++;
+      const t =
+        new URL(req.url ?? "/", "https://x").searchParams.get("access_token") ??
+        new URLSearchParams(body.toString()).get("access_token") ??
+        bearer(req);
       if (!fake.valid(t)) return json(res, 400, { error: "invalid_token" });
       json(res, 200, {
         azp: CLIENT_IDS.gemini,
@@ -295,7 +304,9 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
         expires_in: "3599",
         email: "dev@example.com",
       });
-    });
+    };
+    u.routes.set("GET /tokeninfo", tokeninfo);
+    u.routes.set("POST /tokeninfo", tokeninfo);
   }
   return fake;
 }

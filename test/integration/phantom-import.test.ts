@@ -210,6 +210,14 @@ describe("auth import and auth phantom", () => {
         {},
       ),
     );
+    // As google-auth-library's getTokenInfo asks (Gemini CLI 0.61): a POST with the token as a bearer.
+    const info = await call(
+      "POST",
+      "https://oauth2.googleapis.com/tokeninfo",
+      { authorization: `Bearer ${creds.access_token}`, "content-type": "application/x-www-form-urlencoded" },
+      "",
+    );
+    expect(info.status).toBe(200);
     expect(
       (
         await call("GET", "https://www.googleapis.com/oauth2/v2/userinfo", {

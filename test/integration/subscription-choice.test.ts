@@ -12,7 +12,7 @@ const open: InProcessFixture[] = [];
 afterEach(async () => {
   for (const f of open.splice(0)) {
     await f.close();
-    expect(oauthLeaks(f, [REAL])).toEqual([]);
+    expect(oauthLeaks(f, [REAL, `${REAL}-codex`])).toEqual([]);
   }
 });
 
@@ -49,6 +49,22 @@ it("an API key and a subscription on one host: env names the one it exports; --u
   const key = await env("--use", "anthropic");
   expect(key.vars.CLAUDE_OAUTH_ACCESS_TOKEN).toBeUndefined();
   expect(key.vars.ANTHROPIC_API_KEY).toBeDefined();
+  // Codex's API key (api.openai.com) and its ChatGPT sign-in (chatgpt.com) are on two hosts,
+  // but one agent: it prefers CODEX_API_KEY/OPENAI_API_KEY when it finds them.
+  await new FileTokenStore(f.home).put({
+    provider: "codex-oauth",
+    id: "default",
+    accessToken: `${REAL}-codex`,
+    issuedAt: now,
+    createdAt: now,
+    generation: 1,
+    state: "ok",
+  });
+  expect((await env()).stderr).toContain("both openai (an API key, billed per request) and codex-oauth");
+  const codex = await env("--use", "codex-oauth");
+  expect(codex.vars.OPENAI_API_KEY).toBeUndefined();
+  expect(codex.vars.CODEX_API_KEY).toBeUndefined();
+  expect(codex.vars.ANTHROPIC_API_KEY).toBeDefined();
   const wrong = await env("--use", "nosuch");
   expect(wrong.status).not.toBe(0);
   expect(wrong.stderr).toContain('--use nosuch: the client gets no provider "nosuch"');
