@@ -24,6 +24,7 @@ import { isExpired, refreshAt } from "../../secrets/oauth/refresher.js";
 import type { Exchange } from "../exchange.js";
 import { originOf } from "../exchange.js";
 import type { OAuthEndpoint } from "../runtime.js";
+import { assertClientMayUse } from "./inject.js";
 
 /** The most of a token request or answer read (bodies here are a few KiB). */
 const MAX_BODY = 1024 * 1024;
@@ -85,6 +86,9 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
     const endpoint = x.rt.oauthEndpoint(x.host, x.port, q === -1 ? x.path : x.path.slice(0, q));
     if (endpoint === undefined) return;
     x.provider ??= endpoint.provider;
+    // A client that may not use the provider gets none of its logins (nor phantoms of them).
+    if (!x.rt.clientAllows(x.client, endpoint.provider.rule.id))
+      assertClientMayUse({ ...x, provider: endpoint.provider });
     const raw = x.body ?? (await readCapped(x.req));
     const body = parseBody(raw, x.req.headers["content-type"]);
     if (body === undefined) return forwardAsIs(x, agent, raw, endpoint, log);

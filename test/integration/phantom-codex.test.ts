@@ -28,12 +28,12 @@ afterEach(async () => {
   }
 });
 
-async function setup() {
+async function setup(extra = "") {
   let fake!: FakeVendor;
   const f = await startInProcessFixture({
     rules: (u) => {
       fake = installVendor(u, "codex");
-      return subscriptionRules(u);
+      return subscriptionRules(u, extra);
     },
   });
   const seen: string[] = [];
@@ -199,5 +199,14 @@ describe("phantom tokens for Codex's ChatGPT sign-in", () => {
     expect((await store.get("codex-oauth", "default"))?.state).toBe("ok");
     expect((await codex(t.access_token!)).status).toBe(200);
     expect(fake.refreshes).toBe(1);
+  }, 60_000);
+
+  it("a client that may not use codex-oauth gets no login and no phantom from a sign-in", async () => {
+    const { fake, signIn, store } = await setup("clients:\n  default:\n    providers: [openai]\n");
+    const refused = await signIn();
+    expect(refused.status, refused.text).toBe(407);
+    expect(refused.text).toContain("client_unauthorized");
+    expect(await store.get("codex-oauth", "default")).toBeUndefined();
+    expect(fake.issued).toEqual([]);
   }, 60_000);
 });
