@@ -133,6 +133,12 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
 async function answerAtHome(x: Exchange, provider: string, id: string, log: Logger): Promise<void> {
   const logins = x.rt.logins;
   let entry = logins?.get(provider, id);
+  // Not held yet (an import or another broker's sign-in a moment ago): read it once, since the
+  // alternative answer, invalid_grant, makes some agents wipe their sign-in.
+  if (entry === undefined && logins !== undefined) {
+    await logins.reload(provider, id);
+    entry = logins.get(provider, id);
+  }
   const gone: () => never = () =>
     answer(x, 400, {
       error: "invalid_grant",
