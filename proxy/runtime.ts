@@ -216,6 +216,7 @@ export class Runtime {
       [o.tokenEndpoint, "token"],
       [o.revocationEndpoint, "revoke"],
       [o.tokenInfoEndpoint, "check"],
+      [o.userinfoEndpoint, "check"],
     ] as const) {
       if (url === undefined) continue;
       const u = new URL(url);

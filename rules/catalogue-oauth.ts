@@ -53,14 +53,15 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
     },
   },
   // Google sign-in, as Gemini CLI (packages/core/src/code_assist/oauth2.ts) uses it: an
-  // installed-app client whose secret Google publishes as not secret. Its tokens are checked
-  // at oauth2.googleapis.com/tokeninfo and www.googleapis.com/oauth2/v2/userinfo, and used at
-  // cloudcode-pa.googleapis.com; only the phantoms are swapped on those shared hosts.
+  // installed-app client whose secret Google publishes as not secret. Its tokens are used at
+  // cloudcode-pa.googleapis.com and checked at tokeninfo and userinfo, on hosts every Google API
+  // shares: there a phantom is swapped on those two paths only (token_info_endpoint,
+  // userinfo_endpoint), and nothing else on those hosts is touched.
   "gemini-oauth": {
-    hosts: ["cloudcode-pa.googleapis.com", "www.googleapis.com", "oauth2.googleapis.com"],
+    hosts: ["cloudcode-pa.googleapis.com"],
     mount: "/p/gemini-oauth",
     upstream: "https://cloudcode-pa.googleapis.com",
-    inject: { header: "authorization", format: "Bearer {secret}", query: "access_token" },
+    inject: { header: "authorization", format: "Bearer {secret}" },
     placeholder: { env: "GEMINI_OAUTH_ACCESS_TOKEN", prefix: "ya29.kb-" },
     oauth: {
       grant: "pkce",
@@ -68,6 +69,7 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       token_endpoint: "https://oauth2.googleapis.com/token",
       revocation_endpoint: "https://oauth2.googleapis.com/revoke",
       token_info_endpoint: "https://oauth2.googleapis.com/tokeninfo",
+      userinfo_endpoint: "https://www.googleapis.com/oauth2/v2/userinfo",
       client_id: "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com",
       public_client_secret: "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",
       id_token_issuer: "https://accounts.google.com",

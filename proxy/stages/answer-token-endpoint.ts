@@ -18,6 +18,7 @@ import type { Agent } from "undici";
 import { request } from "undici";
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { secretForms } from "../../core/scrub.js";
 import { answerFromLogin, labelFor, loginFromAnswer, phantomAnswer } from "../../secrets/oauth/capture.js";
 import { type PhantomBinding, Phantoms } from "../../secrets/oauth/phantoms.js";
 import { isExpired, refreshAt } from "../../secrets/oauth/refresher.js";
@@ -39,6 +40,8 @@ const TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange";
 interface Body {
   readonly params: Record<string, string>;
   readonly json: boolean;
+  /** No body at all (a GET): none is sent on. */
+  readonly empty?: boolean;
 }
 
 function parseBody(raw: Buffer, contentType: string | undefined): Body | undefined {
@@ -72,6 +75,14 @@ async function readCapped(stream: Exchange["req"]): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+function decodeURIComponentSafe(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 function answer(x: Exchange, status: number, body: unknown): never {
   x.res.writeHead(status, { "content-type": "application/json", "cache-control": "no-store" });
   x.res.end(JSON.stringify(body));
@@ -81,15 +92,18 @@ function answer(x: Exchange, status: number, body: unknown): never {
 
 export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
   return async function answerTokenEndpoint(x: Exchange): Promise<void> {
-    if (x.method !== "POST" || x.mode === "plain") return;
+    if (x.mode === "plain") return;
     const q = x.path.indexOf("?");
     const endpoint = x.rt.oauthEndpoint(x.host, x.port, q === -1 ? x.path : x.path.slice(0, q));
-    if (endpoint === undefined) return;
+    // A token check may be a GET (userinfo); the token and revocation endpoints take POSTs only.
+    if (endpoint === undefined || (x.method !== "POST" && endpoint.role !== "check")) return;
     x.provider ??= endpoint.provider;
     // A client that may not use the provider gets none of its logins (nor phantoms of them).
     if (!x.rt.clientAllows(x.client, endpoint.provider.rule.id))
       assertClientMayUse({ ...x, provider: endpoint.provider });
     const raw = x.body ?? (await readCapped(x.req));
+    if (endpoint.role === "check" && raw.length === 0)
+      return forwardCheck(x, agent, { params: {}, json: false, empty: true }, endpoint);
     const body = parseBody(raw, x.req.headers["content-type"]);
     if (body === undefined) return forwardAsIs(x, agent, raw, endpoint, log);
     const phantoms = x.rt.phantoms;
@@ -176,9 +190,10 @@ async function send(
   agent: () => Agent,
   body: Buffer,
   endpoint: OAuthEndpoint,
+  path = x.path,
 ): Promise<Upstream> {
   // No phantom ever reaches the authorization server (SPEC §19): one left here is refused.
-  const texts = [body.toString("utf8"), ...x.headers];
+  const texts = [body.toString("utf8"), decodeURIComponentSafe(path), ...x.headers];
   if (texts.some((t) => Phantoms.mayHold(t) && x.rt.phantoms.find(t).length > 0)) {
     answer(x, 400, {
       error: "invalid_request",
@@ -191,13 +206,13 @@ async function send(
     if (name === "content-length" || name === "transfer-encoding" || name === "accept-encoding") continue;
     headers[name] = x.headers[i + 1]!;
   }
-  headers["content-length"] = String(body.length);
+  if (x.method === "POST" || body.length > 0) headers["content-length"] = String(body.length);
   headers["accept-encoding"] = "identity";
   try {
-    const res = await request(`${originOf(x)}${x.path}`, {
-      method: "POST",
+    const res = await request(`${originOf(x)}${path}`, {
+      method: x.method as "POST",
       headers,
-      body,
+      ...(x.method === "POST" || body.length > 0 ? { body } : {}),
       dispatcher: agent(),
       headersTimeout: x.rt.rules.timeouts.upstreamMs,
       bodyTimeout: x.rt.rules.timeouts.upstreamMs,
@@ -321,25 +336,40 @@ async function forwardCheck(
   endpoint: OAuthEndpoint,
 ): Promise<void> {
   const provider = endpoint.provider.rule.id;
-  const realOf = (bound: PhantomBinding): string => {
+  const swapped = new Map<string, string>();
+  const realOf = (bound: PhantomBinding, token: string): string => {
     const login = bound.provider === provider ? x.rt.logins?.get(provider, bound.id)?.login : undefined;
     const real =
       bound.kind === "id" ? login?.idToken : bound.kind === "access" ? login?.accessToken : undefined;
     if (real === undefined) answer(x, 400, { error: "invalid_token", error_description: "unknown token" });
+    swapped.set(real, token);
     return real;
   };
   // In the body (a form's access_token) and in the headers (google-auth-library sends a bearer).
   const params = { ...body.params };
   for (const [k, v] of Object.entries(params)) {
     const bound = x.rt.phantoms.read(v);
-    if (bound !== undefined) params[k] = realOf(bound);
+    if (bound !== undefined) params[k] = realOf(bound, v);
   }
   for (let i = 1; i < x.headers.length; i += 2) {
     for (const { token, binding } of x.rt.phantoms.find(x.headers[i]!))
-      x.headers[i] = x.headers[i]!.replace(token, () => realOf(binding));
+      x.headers[i] = x.headers[i]!.replace(token, () => realOf(binding, token));
   }
-  const sent = body.json ? JSON.stringify(params) : new URLSearchParams(params).toString();
-  relay(x, await send(x, agent, Buffer.from(sent), endpoint));
+  // And in the query (`tokeninfo?access_token=`), as the URL spells it (encoded or not). The real
+  // token goes out in the request only: x.path, which the logs show, keeps the phantom.
+  let path = x.path;
+  for (const { token, binding } of x.rt.phantoms.find(decodeURIComponentSafe(x.path))) {
+    const real = realOf(binding, token);
+    path = path.replace(token, () => real).replace(encodeURIComponent(token), () => encodeURIComponent(real));
+  }
+  const sent =
+    body.empty === true ? "" : body.json ? JSON.stringify(params) : new URLSearchParams(params).toString();
+  const up = await send(x, agent, Buffer.from(sent), endpoint, path);
+  // An echo of the real token (userinfo may repeat what it was given) goes back as the phantom.
+  let text = up.body.toString("utf8");
+  for (const [real, token] of swapped)
+    for (const form of secretForms(real)) text = text.replaceAll(form, () => token);
+  relay(x, { ...up, body: Buffer.from(text) });
 }
 
 /** Codex's id-token exchange: the exchanged token goes back as an inert phantom (decision 164). */

@@ -62,6 +62,8 @@ export const oauthSchema = strict({
   revocation_endpoint: endpointUrl.optional(),
   /** Where the agent checks its token (Google's tokeninfo): a phantom in its body is swapped there (SPEC §19). */
   token_info_endpoint: endpointUrl.optional(),
+  /** Where the agent reads who signed in with its token (Google's userinfo): swapped there too. */
+  userinfo_endpoint: endpointUrl.optional(),
   /** Required, except for an MCP server (SPEC §15), whose client may be registered at login. */
   client_id: nonEmpty().optional(),
   /** SPEC §15: the client ID metadata document keybroker presents to an MCP server's AS. */
@@ -103,6 +105,7 @@ export const OAUTH_AS_WRITTEN = [
   "token_endpoint",
   "revocation_endpoint",
   "token_info_endpoint",
+  "userinfo_endpoint",
   "redirect_uri",
 ] as const satisfies readonly (keyof OAuthInput)[];
 export type RefineContext = z.core.$RefinementCtx<unknown>;

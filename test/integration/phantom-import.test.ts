@@ -218,6 +218,12 @@ describe("auth import and auth phantom", () => {
       "",
     );
     expect(info.status).toBe(200);
+    // Those hosts serve every Google API: a phantom goes nowhere there but the two check paths.
+    const drive = await call("GET", "https://www.googleapis.com/drive/v3/files", {
+      authorization: `Bearer ${creds.access_token}`,
+    });
+    expect(drive.status).toBe(403);
+    expect(drive.text).toContain("placeholder_host_mismatch");
     expect(
       (
         await call("GET", "https://www.googleapis.com/oauth2/v2/userinfo", {
