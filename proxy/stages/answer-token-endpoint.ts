@@ -343,6 +343,8 @@ async function forwardCheck(
       bound.kind === "id" ? login?.idToken : bound.kind === "access" ? login?.accessToken : undefined;
     if (real === undefined) answer(x, 400, { error: "invalid_token", error_description: "unknown token" });
     swapped.set(real, token);
+    // Audited as a credential used, like any swap.
+    x.secret ??= x.rt.logins?.get(provider, bound.id)?.secret;
     return real;
   };
   // In the body (a form's access_token) and in the headers (google-auth-library sends a bearer).
