@@ -76,6 +76,11 @@ export interface Exchange {
   secret: Secret | undefined;
   /** Where the provider's own placeholder was seen (for the outside-injection-point warning). */
   placeholderSeenAt: string[];
+  /**
+   * A phantom access token the request carries (SPEC §19): swapped for its login's current
+   * token in place of the client's placeholder; no other login of the pool is used.
+   */
+  phantom?: { readonly token: string; readonly login: string };
   /** The client's placeholder for the matched provider. */
   placeholder: string | undefined;
   readonly startedAt: number;

@@ -9,8 +9,8 @@
 //   CONNECT is authenticated before any request exists, and a request refused there is
 //   answered without becoming an exchange, so it is not counted or audited as one.
 //
-//   request   limitClientRate → matchProvider → checkHostBinding → canonicalizePath
-//             → checkPlaceholders → checkRole → applyPolicy → requireAudit → planInjection
+//   request   limitClientRate → matchProvider → checkHostBinding → answerTokenEndpoint
+//             → canonicalizePath → checkPlaceholders → findPhantoms → checkRole → applyPolicy → requireAudit → planInjection
 //             → planMcp → holdForApproval → readBody → checkBodyPlaceholders
 //   attempt   pickCredential → applyHeaderRules → signRequest
 //             (an exhausted pool in reverse mode: fallBack before sending)
@@ -36,6 +36,7 @@ import type { Approvals } from "./approvals.js";
 import type { Exchange } from "./exchange.js";
 import { emitHeld, forward } from "./forward.js";
 import { sendError } from "./listener/client-errors.js";
+import { AnsweredHere, createAnswerTokenEndpoint } from "./stages/answer-token-endpoint.js";
 import { applyPolicy } from "./stages/apply-policy.js";
 import { canonicalizePath } from "./stages/canonicalize-path.js";
 import { checkBodyPlaceholders } from "./stages/check-body-placeholders.js";
@@ -43,6 +44,7 @@ import { checkHostBinding } from "./stages/check-host-binding.js";
 import { checkPlaceholders } from "./stages/check-placeholders.js";
 import { checkRole } from "./stages/check-role.js";
 import { FallBack } from "./stages/fall-back.js";
+import { findPhantoms } from "./stages/find-phantoms.js";
 import { createHoldForApproval, Withdrawn } from "./stages/hold-for-approval.js";
 import { applyHeaderRules, createPlanInjection } from "./stages/inject.js";
 import { createLimitClientRate } from "./stages/limit-client-rate.js";
@@ -85,8 +87,10 @@ export function requestStages(p: PipelineParts): readonly Stage[] {
     createLimitClientRate(),
     matchProvider,
     checkHostBinding,
+    createAnswerTokenEndpoint(p.agent, p.log),
     canonicalizePath,
     checkPlaceholders,
+    findPhantoms,
     checkRole,
     applyPolicy,
     createRequireAudit(p.auditWritable),
@@ -166,6 +170,11 @@ export class Pipeline {
     } catch (err) {
       // The client hung up on a held request: its withdrawal is audited, nobody is left to answer.
       if (err instanceof Withdrawn) return;
+      // An OAuth endpoint's request keybroker answered itself (SPEC §19).
+      if (err instanceof AnsweredHere) {
+        this.#p.recorder.record(x);
+        return;
+      }
       if (err instanceof BrokerError) {
         x.refusal = err;
         x.status = err.status;

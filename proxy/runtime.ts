@@ -3,9 +3,10 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { sameToken } from "../core/same-token.js";
 import { hostMatches, hostPatternKey } from "../rules/host-pattern.js";
-import { kindOf } from "../rules/kinds/index.js";
+import { isOAuthRule, kindOf } from "../rules/kinds/index.js";
 import type { ClientRule, HostPattern, ProviderRule, Rules } from "../rules/types.js";
 import type { OAuthLogins } from "../secrets/oauth/logins.js";
+import { Phantoms } from "../secrets/oauth/phantoms.js";
 import type { Refresher } from "../secrets/oauth/refresher.js";
 import { PlaceholderIndex } from "../secrets/placeholders.js";
 import type { Resolution, SecretResolver } from "../secrets/resolver.js";
@@ -67,6 +68,14 @@ async function withAliasCredential(rule: ProviderRule, resolver: SecretResolver)
   return rule;
 }
 
+/** An OAuth provider's token or revocation endpoint, where agents' own sign-ins are captured. */
+export interface OAuthEndpoint {
+  readonly provider: ProviderState;
+  readonly role: "token" | "revoke" | "check";
+  /** Origin and path, as the rule names it. */
+  readonly url: string;
+}
+
 export interface ClientState {
   readonly rule: ClientRule;
   readonly token: Secret | undefined;
@@ -86,6 +95,10 @@ export class Runtime {
   logins: OAuthLogins | undefined;
   /** Refreshes OAuth logins (SPEC §8), set up by the broker with its agent. */
   refresher: Refresher | undefined;
+  /** Recognises the phantom tokens agents hold for logins (SPEC §19). */
+  readonly phantoms: Phantoms;
+  /** Token and revocation endpoints of OAuth-login providers, by `host:port` then path (decision 161). */
+  readonly #oauthEndpoints = new Map<string, Map<string, OAuthEndpoint>>();
   /** Providers by `host:port`: one, or several sharing the host (decision 123). */
   readonly #exactHosts = new Map<string, readonly ProviderState[]>();
   /** Wildcard patterns in rule order, each with the providers that list it. */
@@ -127,6 +140,8 @@ export class Runtime {
       }
     }
     this.#mounts.sort((a, b) => b.prefix.length - a.prefix.length);
+    for (const state of providers.values()) this.#addOAuthEndpoints(state);
+    this.phantoms = new Phantoms(homeKey);
     this.placeholders = new PlaceholderIndex(homeKey, [...clients.keys()], rules.providers);
   }
 
@@ -191,6 +206,40 @@ export class Runtime {
     if (exact !== undefined) return exact;
     for (const w of this.#wildcards) if (hostMatches(w.pattern, host, port)) return w.providers;
     return undefined;
+  }
+
+  /** Token and revocation endpoints named by person-login providers: an agent's sign-in there is taken into custody. */
+  #addOAuthEndpoints(state: ProviderState): void {
+    if (!isOAuthRule(state.rule) || !kindOf(state.rule).personLogins || kindOf(state.rule).boundLogins)
+      return;
+    const o = state.rule.oauth;
+    for (const [url, role] of [
+      [o.tokenEndpoint, "token"],
+      [o.revocationEndpoint, "revoke"],
+      [o.tokenInfoEndpoint, "check"],
+      [o.userinfoEndpoint, "check"],
+    ] as const) {
+      if (url === undefined) continue;
+      const u = new URL(url);
+      const key = `${u.hostname.replace(/^\[|\]$/g, "").toLowerCase()}:${u.port || (u.protocol === "http:" ? 80 : 443)}`;
+      let paths = this.#oauthEndpoints.get(key);
+      if (paths === undefined) {
+        paths = new Map();
+        this.#oauthEndpoints.set(key, paths);
+      }
+      if (!paths.has(u.pathname))
+        paths.set(u.pathname, { provider: state, role, url: u.origin + u.pathname });
+    }
+  }
+
+  /** The OAuth endpoint at `host:port` and `path` (no query), if one is taken into custody. */
+  oauthEndpoint(host: string, port: number, path: string): OAuthEndpoint | undefined {
+    return this.#oauthEndpoints.get(`${host}:${port}`)?.get(path);
+  }
+
+  /** Whether a CONNECT to `host:port` is opened here: a provider's host or an OAuth endpoint's. */
+  intercepts(host: string, port: number): boolean {
+    return this.providerForHost(host, port) !== undefined || this.#oauthEndpoints.has(`${host}:${port}`);
   }
 
   /** The first provider whose hosts include `host:port`: whether the host is intercepted. */

@@ -2,6 +2,7 @@
 // would write them. A rule file's provider of the same id is merged over its entry; the others
 // serve as they are unless the file says `catalogue: false`. Data only: defaults (format,
 // credentials = [placeholder variable], pool) are filled by the same compiler as a rule file's.
+import { OAUTH_CATALOGUE } from "./catalogue-oauth.js";
 import type { ProviderInput } from "./schema/index.js";
 
 export const CATALOGUE_ORIGIN = "embedded default catalogue";
@@ -80,4 +81,5 @@ export const CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.freeze(
     placeholder: { env: ["AZURE_OPENAI_API_KEY", "AZURE_API_KEY"], prefix: DEFAULT_PLACEHOLDER_PREFIX },
   },
   nous: api("nous", "https://inference-api.nousresearch.com", "NOUS_API_KEY"),
+  ...OAUTH_CATALOGUE,
 });

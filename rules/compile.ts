@@ -335,6 +335,8 @@ function compileOAuth(oauth: NonNullable<ProviderInput["oauth"]>, ctx: Context, 
     ...(oauth.client_secret === undefined
       ? {}
       : { clientSecret: absoluteCredentialRef(oauth.client_secret, ctx.baseDir, ctx.userHome) }),
+    ...(oauth.public_client_secret === undefined ? {} : { publicClientSecret: oauth.public_client_secret }),
+    ...(oauth.id_token_issuer === undefined ? {} : { idTokenIssuer: oauth.id_token_issuer }),
     clientAuth: oauth.client_secret === undefined ? "none" : (oauth.client_auth ?? "client_secret_basic"),
     scopes: [...(oauth.scopes ?? [])],
     authorizeParams: { ...(oauth.authorize_params ?? {}) },

@@ -107,7 +107,10 @@ export type OAuthAsWritten = Partial<AsWritten<OAuthInput, (typeof OAUTH_AS_WRIT
  * itself), chosen from the endpoints when not written; `scopes` and the extra parameters, empty
  * when not written; `tokenHeaders`, set on every request to the authorization server (names
  * lower-cased); `clientId`, "" for an MCP server without one (registered at login);
- * `clientSecret`, a credential reference (confidential clients); `clientAuth`, how it is sent,
+ * `clientSecret`, a credential reference (confidential clients); `publicClientSecret`, a
+ * published installed-app secret sent in the body, not a credential (decision 160);
+ * `idTokenIssuer`, the `iss` of the server's id tokens when not the token endpoint's origin;
+ * `clientAuth`, how the client secret is sent,
  * `none` for a public client; the cap on every answer read from the authorization server
  * (`maxResponseBytes`) and the time limit of every request to it (`tokenTimeoutMs`).
  */
@@ -116,7 +119,7 @@ export type OAuthSpec = OAuthAsWritten &
     OAuthInput,
     "grant" | "client_id" | "scopes" | "authorize_params" | "token_params" | "token_headers"
   > &
-  Partial<AsWritten<OAuthInput, "client_secret">> & {
+  Partial<AsWritten<OAuthInput, "client_secret" | "public_client_secret" | "id_token_issuer">> & {
     readonly clientAuth: NonNullable<OAuthInput["client_auth"]> | "none";
     readonly maxResponseBytes: number;
   } & InMs<OAuthInput, "token_timeout">;

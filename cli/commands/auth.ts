@@ -11,6 +11,7 @@ import { brokerPort, type Context, createContext, findRunningBroker } from "../c
 import { notOnPortError } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 import { openTokenStore, sharedStateOptions } from "../token-store.js";
+import { importAgent, writePhantom } from "./auth-import.js";
 import { addLogin, removeLogin } from "./auth-login.js";
 import { EXIT_NOT_RUNNING, status } from "./status.js";
 
@@ -21,6 +22,9 @@ export const auth: Command = {
        keybroker auth remove <provider> --credential ID
        keybroker auth list [--json]
        keybroker auth reset <provider> [--credential ID] [--port N]
+       keybroker auth import codex|claude|gemini|hermes [--file F]
+       keybroker auth phantom <provider> --for codex|claude|gemini|hermes [--file F]
+                                [--credential ID]
 
   add      for an OAuth provider, logs in once (device grant, or a code with PKCE and a
            loopback callback at http://127.0.0.1:<port>/callback) and stores the tokens in the
@@ -31,6 +35,12 @@ export const auth: Command = {
            is read from (nothing is stored).
   remove   deletes an OAuth login, revoking it where the provider has a revocation endpoint
   list     each provider's credentials and logins and their state (as keybroker status)
+  import   takes an agent's own sign-in into the token store (~/.codex/auth.json,
+           ~/.claude/.credentials.json, ~/.gemini/oauth_creds.json, ~/.hermes/auth.json, or
+           --file) and rewrites that file in place with phantom tokens, which work only
+           through keybroker; a file that already holds phantoms is left as it is
+  phantom  writes an agent's login file holding phantoms of an existing login (--file for
+           another path); for claude without --file, prints CLAUDE_CODE_OAUTH_TOKEN=<phantom>
   reset    clears usage_limit_reached and invalid marks of a provider's credentials (or of
            one, with --credential), in the running broker and on disk; with several
            brokers running for the home, --port N names the one
@@ -47,6 +57,8 @@ ${COMMON_HELP}`,
         port: { type: "string" },
         "no-browser": { type: "boolean" },
         timeout: { type: "string" },
+        file: { type: "string" },
+        for: { type: "string" },
       },
       true,
     );
@@ -59,8 +71,10 @@ ${COMMON_HELP}`,
       const code = await status.run(rest);
       return code === EXIT_NOT_RUNNING ? 0 : code;
     }
-    if (action !== "add" && action !== "reset" && action !== "remove")
-      throw new UsageError("expected: keybroker auth add|remove|list|reset ...");
+    if (action === "import")
+      return importAgent(ctx, readRules(ctx, values.config).rules, provider, values.file);
+    if (action !== "add" && action !== "reset" && action !== "remove" && action !== "phantom")
+      throw new UsageError("expected: keybroker auth add|remove|list|reset|import|phantom ...");
     if (provider === undefined) throw new UsageError(`keybroker auth ${action} needs a provider id`);
     const { rules } = readRules(ctx, values.config);
     const rule = rules.providers.find((p) => p.id === provider);
@@ -68,6 +82,14 @@ ${COMMON_HELP}`,
       throw new UserError(
         `unknown provider "${provider}"; known: ${rules.providers.map((p) => p.id).join(", ")}`,
       );
+    }
+    if (action === "phantom") {
+      if (!isOAuthRule(rule)) throw new UserError(`${provider} has no OAuth logins to make phantoms of`);
+      return writePhantom(ctx, rules, provider, {
+        agent: values.for,
+        file: values.file,
+        credential: values.credential,
+      });
     }
     if (action === "add") {
       if (isOAuthRule(rule)) {

@@ -46,6 +46,8 @@ decide (it reports them), wherever this runs; a rule file found here that differ
 broker's is named in a warning. With no broker, the rule file here decides.
 
   --client NAME    the client (default: default)
+  --use PROVIDER   where an API key and a subscription login serve one host (anthropic and
+                   claude-oauth on api.anthropic.com), export only PROVIDER's variable
   --format F       sh (default: export lines for eval), dotenv, or json
   --port N         the broker on this port, when several run for the home
   --node-preload   also set NODE_OPTIONS (the current one plus --import of keybroker's Node
@@ -62,6 +64,7 @@ ${COMMON_HELP}`,
       format: { type: "string" },
       port: { type: "string" },
       "node-preload": { type: "boolean" },
+      use: { type: "string" },
     });
     const format = values.format ?? "sh";
     formatVariables({}, format);
@@ -69,7 +72,7 @@ ${COMMON_HELP}`,
     const ctx = createContext(values);
     const { path, rules } = readRules(ctx, values.config);
     const client = values.client ?? "default";
-    const preload = { nodePreload: values["node-preload"] === true };
+    const preload = { nodePreload: values["node-preload"] === true, use: values.use };
     const running = await findRunningBroker(ctx.home, port);
     let vars: Record<string, string>;
     let url = running?.url;

@@ -9,7 +9,13 @@ import { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { adminRequest } from "../admin-client.js";
 import { agentVariables } from "../agent-env.js";
-import { brokerAgentView, buildAgentVariables, localAgentView, NODE_PRELOAD } from "../agent-setup.js";
+import {
+  brokerAgentView,
+  buildAgentVariables,
+  chooseForSharedHosts,
+  localAgentView,
+  NODE_PRELOAD,
+} from "../agent-setup.js";
 import { COMMON_HELP, parse, UsageError } from "../args.js";
 import type { Command } from "../command.js";
 import {
@@ -67,6 +73,9 @@ know.
   --quiet          leave out the lines that name each provider's placeholder variables (and
                    the broker run started); warnings stay
   --client NAME    the client to run as (default: default)
+  --use PROVIDER   where an API key and a subscription login serve one host (anthropic and
+                   claude-oauth on api.anthropic.com), give the command only PROVIDER's
+                   variable; without it, run says which one it exports
   --port N         the broker on this port, when several run for the home
   --no-node-preload
                    leave NODE_OPTIONS alone: by default it gets --import of keybroker's Node
@@ -87,6 +96,7 @@ ${COMMON_HELP}`,
       isolate: { type: "boolean" },
       "no-isolate": { type: "boolean" },
       "allow-connect": { type: "string", multiple: true },
+      use: { type: "string" },
     });
     if (command.length === 0) throw new UsageError("no command given: keybroker run -- COMMAND [ARGS...]");
     if (values.isolate === true && values["no-isolate"] === true)
@@ -102,7 +112,7 @@ ${COMMON_HELP}`,
     if (isolate) assertIsolationAvailable();
     else if (values["no-isolate"] !== true && rules.runIsolate !== false) ctx.err(NOT_ISOLATED);
     const client = values.client ?? "default";
-    const preload = { nodePreload: values["no-node-preload"] !== true };
+    const preload = { nodePreload: values["no-node-preload"] !== true, use: values.use };
 
     let broker: Broker | undefined;
     let view: AgentView;
@@ -175,7 +185,9 @@ ${COMMON_HELP}`,
             client: launch.user,
             token: launch.token,
             bundle: dir.bundle,
-            placeholders: view.placeholders,
+            placeholders: (
+              await chooseForSharedHosts(ctx, rules, view, preload.use, (l) => ctx.err(`keybroker run: ${l}`))
+            ).placeholders,
             ...(preload.nodePreload ? { nodePreload: NODE_PRELOAD, nodeOptions: ctx.env.NODE_OPTIONS } : {}),
           }),
         );

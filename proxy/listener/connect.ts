@@ -44,8 +44,7 @@ export function onConnect(p: ConnectParts, req: IncomingMessage, socket: Socket,
       );
     }
     const client = authenticate(rt, p.launches, req.headers["proxy-authorization"], log);
-    const provider = rt.providerForHost(target.host, target.port);
-    if (provider !== undefined || rt.rules.intercept === "all") {
+    if (rt.intercepts(target.host, target.port) || rt.rules.intercept === "all") {
       intercept(
         socket,
         head,

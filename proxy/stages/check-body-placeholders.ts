@@ -9,6 +9,7 @@
 // skip this stage at its first test.
 import { Transform, type TransformCallback } from "node:stream";
 import { BrokerError } from "../../core/errors.js";
+import { Phantoms } from "../../secrets/oauth/phantoms.js";
 import type { PlaceholderIndex, PlaceholderOwner } from "../../secrets/placeholders.js";
 import { contentCodings, decoderChain, decodeWhole } from "../content-coding.js";
 import type { Exchange } from "../exchange.js";
@@ -70,6 +71,13 @@ export function checkBodyPlaceholders(x: Exchange): void {
     }
     const { pair } = search.patterns.firstMatch(decoded, true);
     if (pair !== -1) throw leak(x, search.owners[pair]!);
+    // A phantom token (SPEC §19) is found by its shape and signature, in a body read whole; a
+    // streamed body is searched for placeholders only (decision 167).
+    const text = decoded.toString("latin1");
+    if (Phantoms.mayHold(text)) {
+      const found = x.rt.phantoms.find(text)[0];
+      if (found !== undefined) throw leak(x, { client: "", provider: found.binding.provider, shared: false });
+    }
     return;
   }
   const scan = new BodyScan(x, search, codings, String(header));

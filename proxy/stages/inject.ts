@@ -117,7 +117,7 @@ export function createPlanInjection(log: Logger) {
   return function planInjection(x: Exchange): void {
     const provider = x.provider;
     if (provider === undefined || x.mode === "plain") return;
-    const placeholder = x.rt.placeholders.get(x.client.rule.name, provider.rule.id);
+    const placeholder = x.phantom?.token ?? x.rt.placeholders.get(x.client.rule.name, provider.rule.id);
     if (placeholder === undefined) return;
     x.placeholder = placeholder;
     if (x.mode === "reverse") {

@@ -120,7 +120,9 @@ function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
  */
 function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
-  const entries = x.rt.logins?.members(rule.id) ?? [];
+  const all = x.rt.logins?.members(rule.id) ?? [];
+  // A phantom stands for its own login only (SPEC §19).
+  const entries = x.phantom === undefined ? all : all.filter((e) => e.login.id === x.phantom!.login);
   const now = Date.now();
   // No person logs in: the broker's own client-credentials token is the one member.
   if (!kindOf(rule).personLogins) return clientCredentialsMember(x, entries[0], now);
@@ -134,7 +136,9 @@ function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   ).then((results) =>
     usableLogins(
       x,
-      x.rt.logins?.members(rule.id) ?? [],
+      (x.rt.logins?.members(rule.id) ?? []).filter(
+        (e) => x.phantom === undefined || e.login.id === x.phantom.login,
+      ),
       results.some((r) => r.status === "rejected"),
     ),
   );

@@ -60,11 +60,22 @@ export const oauthSchema = strict({
   authorization_endpoint: endpointUrl.optional(),
   token_endpoint: endpointUrl.optional(),
   revocation_endpoint: endpointUrl.optional(),
+  /** Where the agent checks its token (Google's tokeninfo): a phantom in its body is swapped there (SPEC §19). */
+  token_info_endpoint: endpointUrl.optional(),
+  /** Where the agent reads who signed in with its token (Google's userinfo): swapped there too. */
+  userinfo_endpoint: endpointUrl.optional(),
   /** Required, except for an MCP server (SPEC §15), whose client may be registered at login. */
   client_id: nonEmpty().optional(),
   /** SPEC §15: the client ID metadata document keybroker presents to an MCP server's AS. */
   client_metadata_url: endpointUrl.optional(),
   client_secret: credentialRefSchema.optional(),
+  /**
+   * An installed app's client secret that its vendor publishes as not secret (Google's, in
+   * Gemini CLI's source): written as is, sent in the body (decision 160).
+   */
+  public_client_secret: nonEmpty().optional(),
+  /** The `iss` of the server's id tokens when it is not the token endpoint's origin (Google's). */
+  id_token_issuer: endpointUrl.optional(),
   client_auth: z.enum(["client_secret_basic", "client_secret_post"]).optional(),
   scopes: listOf(nonEmpty(), "a list of scopes").optional(),
   authorize_params: oauthParams.optional(),
@@ -93,6 +104,8 @@ export const OAUTH_AS_WRITTEN = [
   "authorization_endpoint",
   "token_endpoint",
   "revocation_endpoint",
+  "token_info_endpoint",
+  "userinfo_endpoint",
   "redirect_uri",
 ] as const satisfies readonly (keyof OAuthInput)[];
 export type RefineContext = z.core.$RefinementCtx<unknown>;
@@ -133,6 +146,9 @@ export function checkOAuth(oauth: OAuthInput, ctx: RefineContext): void {
   }
   if (oauth.client_auth !== undefined && oauth.client_secret === undefined) {
     issue(["client_auth"], "client_auth needs a client_secret");
+  }
+  if (oauth.public_client_secret !== undefined && oauth.client_secret !== undefined) {
+    issue(["public_client_secret"], "give client_secret or public_client_secret, not both");
   }
 }
 

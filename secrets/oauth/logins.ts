@@ -113,6 +113,7 @@ export class OAuthLogins {
     }
     knownSecrets.add(login.accessToken);
     if (login.refreshToken !== undefined) knownSecrets.add(login.refreshToken);
+    if (login.idToken !== undefined) knownSecrets.add(login.idToken);
     const entry: LoginEntry = {
       login,
       secret:

@@ -10,6 +10,7 @@ import { cappedFetch, OAuthEndpointError } from "./capped-fetch.js";
 export interface Tokens {
   readonly accessToken: string;
   readonly refreshToken?: string;
+  readonly idToken?: string;
   /** Seconds, as the server said. */
   readonly expiresIn?: number;
   readonly scope?: string;
@@ -119,7 +120,7 @@ export class OAuthClient {
     }
     const endpoint = s.tokenEndpoint ?? s.authorizationEndpoint ?? s.deviceAuthorizationEndpoint ?? "";
     const as: oauth.AuthorizationServer = {
-      ...(found ?? { issuer: s.issuer ?? new URL(endpoint).origin }),
+      ...(found ?? { issuer: s.issuer ?? s.idTokenIssuer ?? new URL(endpoint).origin }),
       ...(s.tokenEndpoint === undefined ? {} : { token_endpoint: s.tokenEndpoint }),
       ...(s.authorizationEndpoint === undefined ? {} : { authorization_endpoint: s.authorizationEndpoint }),
       ...(s.deviceAuthorizationEndpoint === undefined
@@ -138,6 +139,8 @@ export class OAuthClient {
   }
 
   async #clientAuth(): Promise<oauth.ClientAuth> {
+    if (this.spec.publicClientSecret !== undefined)
+      return oauth.ClientSecretPost(this.spec.publicClientSecret);
     if (this.spec.clientAuth === "none") return oauth.None();
     const secret = await this.#clientSecret();
     if (secret === undefined) {
@@ -233,7 +236,9 @@ export class OAuthClient {
         verifier,
         this.#options(),
       );
-      return tokensOf(await oauth.processAuthorizationCodeResponse(as, this.#client, res));
+      return tokensOf(
+        await oauth.processAuthorizationCodeResponse(as, this.#client, await withTokenType(res)),
+      );
     } catch (err) {
       translate(err);
     }
@@ -249,7 +254,7 @@ export class OAuthClient {
         refreshToken,
         this.#options(),
       );
-      return tokensOf(await oauth.processRefreshTokenResponse(as, this.#client, res));
+      return tokensOf(await oauth.processRefreshTokenResponse(as, this.#client, await withTokenType(res)));
     } catch (err) {
       translate(err);
     }
@@ -294,10 +299,32 @@ export class OAuthClient {
   }
 }
 
+/**
+ * A successful token answer without `token_type` read as a bearer one (decision 160): some
+ * agents' servers leave it out, and the access token is used as a bearer token all the same.
+ */
+async function withTokenType(res: Response): Promise<Response> {
+  if (res.status !== 200 || !/json/i.test(res.headers.get("content-type") ?? "")) return res;
+  const text = await res.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return new Response(text, { status: res.status, headers: res.headers });
+  }
+  if (typeof body === "object" && body !== null && !("token_type" in body))
+    return new Response(JSON.stringify({ ...body, token_type: "bearer" }), {
+      status: 200,
+      headers: res.headers,
+    });
+  return new Response(text, { status: res.status, headers: res.headers });
+}
+
 function tokensOf(r: oauth.TokenEndpointResponse): Tokens {
   return {
     accessToken: r.access_token,
     ...(r.refresh_token === undefined ? {} : { refreshToken: r.refresh_token }),
+    ...(typeof r.id_token === "string" ? { idToken: r.id_token } : {}),
     ...(typeof r.expires_in === "number" ? { expiresIn: r.expires_in } : {}),
     ...(r.scope === undefined ? {} : { scope: r.scope }),
   };

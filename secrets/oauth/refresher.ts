@@ -196,6 +196,10 @@ export class Refresher {
           accessToken: tokens.accessToken,
           // An answer without a new refresh token (or scope) keeps the old one.
           refreshToken: tokens.refreshToken ?? current.refreshToken,
+          ...((tokens.idToken ?? current.idToken) === undefined
+            ? {}
+            : { idToken: tokens.idToken ?? current.idToken }),
+          ...(current.account === undefined ? {} : { account: current.account }),
           ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
           issuedAt: now,
           ...((tokens.scope ?? current.scope) === undefined ? {} : { scope: tokens.scope ?? current.scope }),

