@@ -2,13 +2,15 @@
 // backpressure both ways: nothing is buffered, SSE chunks go out as they come, and a client
 // that goes away aborts the upstream request.
 import type { IncomingHttpHeaders } from "node:http";
-import type { Agent, Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { noteStreamed } from "../core/v8-tuning.js";
 import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
+import { scrubHeaders } from "./scrub-stream.js";
 import type { HeadStage } from "./stages/stage.js";
 import { PrivateAddressError } from "./upstream.js";
+import type { UpstreamDispatch } from "./upstream-router.js";
 
 const TLS_CODES = new Set([
   "ERR_TLS_CERT_ALTNAME_INVALID",
@@ -102,7 +104,7 @@ export function hasBody(x: Exchange): boolean {
  * response stages; `head` runs on every response's head before it goes on.
  */
 export function forward(
-  agent: Agent,
+  agent: UpstreamDispatch,
   x: Exchange,
   hold: ((status: number) => boolean) | undefined,
   head: readonly HeadStage[],
@@ -128,7 +130,10 @@ export function forward(
         x.upstreamMs += performance.now() - sentAt;
         reject(upstreamError(err, x));
       } else {
-        res.destroy();
+        // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
+        const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
+        if (rst !== undefined && res.reset !== undefined) res.reset(rst);
+        else res.destroy();
         finish();
       }
     };
@@ -210,7 +215,7 @@ export function forward(
           sink.onceDrain(resume);
         }
       },
-      onResponseEnd() {
+      onResponseEnd(_c, trailers: IncomingHttpHeaders) {
         if (held !== undefined) {
           result.held = {
             status: held.status,
@@ -222,6 +227,12 @@ export function forward(
           res.off("close", onClose);
           finish();
           return;
+        }
+        // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries
+        // them only when chunked, as node writes them.
+        for (const _ in trailers) {
+          res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
+          break;
         }
         if (sink === undefined) res.end();
         else sink.end(finish);
@@ -237,7 +248,7 @@ export function forward(
         {
           origin: originOf(x),
           path: x.path,
-          method: x.method as Dispatcher.HttpMethod,
+          method: x.method,
           headers: x.headers,
           body,
           headersTimeout: timeout,

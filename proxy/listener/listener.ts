@@ -4,6 +4,7 @@
 // the sockets, their limits and the answers to malformed requests; every request bound upstream
 // goes to `handle` (the pipeline) with its target.
 import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
+import type { Http2Server, IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { ADMIN_PREFIX } from "../../admin/api.js";
 import { type AdminPage, isAdminPagePath } from "../../admin/page.js";
@@ -31,10 +32,26 @@ import {
   serverOptions,
   trackConnections,
 } from "./connection-limits.js";
+import {
+  type ConnectInfo,
+  connectInfo as connectInfoOf,
+  type InnerServers,
+  sessionSocket,
+} from "./engine.js";
+import { H2Response } from "./h2-exchange.js";
+import { createH2Server } from "./h2-server.js";
 import { assertLocalCaller } from "./local-caller.js";
-import { interceptedTarget, outerTarget, type Target } from "./request-target.js";
+import { interceptedTarget, outerTarget, type Target, type TargetRequest } from "./request-target.js";
 
 export const HEALTH_PATH = "/__keybroker/health";
+
+/** Runs one HTTP/2 stream through the pipeline (listener/h2-exchange.ts). */
+export type HandleStream = (
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  raw: string[],
+  t: Target,
+) => Promise<void>;
 
 /** Runs one request through the pipeline (proxy/pipeline.ts). */
 export type Handle = (
@@ -60,12 +77,17 @@ export interface ListenerParts {
   /** The admin API, under ADMIN_PREFIX. */
   readonly admin: (req: IncomingMessage, res: ServerResponse) => void;
   readonly handle: Handle;
+  readonly handleStream: HandleStream;
+  /** The ALPN protocols to offer a client intercepted for this origin (decision 153). */
+  readonly alpn: (info: ConnectInfo) => readonly string[] | Promise<readonly string[]>;
 }
 
 export class Listener {
   readonly #p: ListenerParts;
   readonly #outer: Server;
   readonly #inner: Server;
+  /** HTTP/2 connections: intercepted ones that negotiated h2, and h2c in reverse mode. */
+  readonly #h2: Http2Server;
   readonly #sockets = new Set<Socket>();
   /** limits.connections: at the cap, the oldest connection that has sent no request makes room. */
   readonly #cap: ConnectionCap;
@@ -84,6 +106,14 @@ export class Listener {
     }
     this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
     this.#cap = new ConnectionCap(this.#outer, connectionLimit(rules), p.log);
+    this.#h2 = createH2Server(
+      {
+        idleMs: () => p.runtime().rules.timeouts.keepAliveMs,
+        onFirstStream: (session) => this.#cap.settled(sessionSocket(session.socket)),
+      },
+      (stream, headers, raw) => this.#onStream(stream, headers, raw),
+    );
+    const inner: InnerServers = { http: this.#inner, h2: this.#h2, alpn: p.alpn };
     this.#cap.watch(this.#outer);
     this.#cap.watch(this.#inner);
     applyConnectionRules(this.#outer, this.#inner, rules, this.#cap);
@@ -96,7 +126,7 @@ export class Listener {
       launches: p.launches,
       log: p.log,
       minter: p.minter,
-      inner: this.#inner,
+      inner,
       cap: this.#cap,
       metrics: p.metrics,
       audit: p.audit,
@@ -144,6 +174,7 @@ export class Listener {
   close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
     this.#inner.close();
+    this.#h2.close();
     this.#adminTls?.close();
     this.#outer.closeAllConnections();
     for (const socket of this.#sockets) socket.destroy();
@@ -155,6 +186,34 @@ export class Listener {
       void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), this.#p.launches, req));
     } catch (err) {
       sendError(res, asBrokerError(err, this.#p.log));
+    }
+  }
+
+  /** An HTTP/2 stream: its head names the target as an HTTP/1.1 request line and Host would. */
+  #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, raw: string[]): void {
+    const p = this.#p;
+    try {
+      const socket = sessionSocket(stream.session?.socket);
+      const method = headers[":method"];
+      const path = headers[":path"];
+      if (socket === undefined || method === "CONNECT" || path === undefined) {
+        throw new BrokerError(
+          "bad_request",
+          `an HTTP/2 ${String(method)} without a path is not supported here`,
+          {
+            hint: "send requests with a :path; CONNECT inside an intercepted connection is not supported",
+          },
+        );
+      }
+      const authority = headers[":authority"] ?? headers.host;
+      const head = { socket, url: path, headers: { host: authority }, httpVersion: "2.0" };
+      const rt = p.runtime();
+      const target = connectInfoOf(socket)
+        ? interceptedTarget(rt, p.launches, head as unknown as TargetRequest)
+        : outerTarget(rt, p.launches, { ...head, headers } as unknown as TargetRequest, p.log);
+      void p.handleStream(stream, headers, raw, target);
+    } catch (err) {
+      sendError(new H2Response(stream), asBrokerError(err, p.log));
     }
   }
 
