@@ -179,6 +179,18 @@ export class H2Sessions {
     });
     stream.once("end", () => {
       if (settled) return;
+      // A reset ends the readable side too: it is a failure, with its code, not an answer's end.
+      const rst = stream.rstCode;
+      if (rst !== undefined && rst !== constants.NGHTTP2_NO_ERROR) {
+        fail(
+          new UpstreamStreamError(
+            `the upstream reset the stream (code ${rst})`,
+            "ERR_HTTP2_STREAM_ERROR",
+            rst,
+          ),
+        );
+        return;
+      }
       if (!started) {
         fail(new UpstreamStreamError("the upstream ended the stream without an answer", "UND_ERR_SOCKET"));
         return;

@@ -52,8 +52,9 @@ export class H2Response implements ExchangeResponse {
   get destroyed(): boolean {
     return this.#stream.destroyed;
   }
+  /** The answer was ended and flushed; a stream the client reset reads as finished too in node, not here. */
   get writableFinished(): boolean {
-    return this.#stream.writableFinished;
+    return this.#ended && this.#stream.writableFinished;
   }
 
   writeHead(status: number, reason?: string | OutgoingHttpHeaders, headers?: OutgoingHttpHeaders): this {
@@ -144,6 +145,12 @@ export function h2ForwardHeaders(raw: readonly string[], authority: string, conn
       continue;
     }
     if (name === "te") te = value.trim().toLowerCase() === "trailers";
+    // gRPC messages compressed by the upstream could not be checked for an echo of the
+    // credential (response-body.ts refuses them): the upstream is asked for plain ones.
+    if (name === "grpc-accept-encoding") {
+      fields.push(name, "identity");
+      continue;
+    }
     fields.push(name, value);
   }
   const out = forwardableRequestHeaders(fields, connection);
