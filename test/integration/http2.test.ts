@@ -21,6 +21,8 @@ import { type InProcessBroker, startInProcessBroker } from "../helpers/in-proces
 import { agentPlaceholders, placeholderOf } from "../helpers/placeholders.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
+const REAL_OPENAI_B = "sk-real-openai-second-0a1b2c3d4e5f6a7b8c9d0e1f";
+
 let h2: H2Upstream;
 let h1: FakeUpstream;
 let broker: InProcessBroker;
@@ -44,9 +46,10 @@ resolve:
   "api.anthropic.com:443": "127.0.0.1:${h1.port}"
 providers:
   openai:
-    credentials: [OPENAI_API_KEY]
+    credentials: [OPENAI_API_KEY, OPENAI_KEY_B]
     policy:
       - deny: { method: DELETE, path: "/v1/files/**" }
+      - approve: { method: POST, path: "/v1/held" }
   anthropic:
     credentials: [ANTHROPIC_API_KEY]
   github:
@@ -59,7 +62,12 @@ providers:
   broker = await startInProcessBroker({
     home,
     config,
-    env: { OPENAI_API_KEY: REAL_OPENAI, ANTHROPIC_API_KEY: REAL_ANTHROPIC, GITHUB_TOKEN: REAL_GITHUB },
+    env: {
+      OPENAI_API_KEY: REAL_OPENAI,
+      OPENAI_KEY_B: REAL_OPENAI_B,
+      ANTHROPIC_API_KEY: REAL_ANTHROPIC,
+      GITHUB_TOKEN: REAL_GITHUB,
+    },
   });
   const ph = agentPlaceholders(broker.broker.runtime, "default");
   openai = placeholderOf(ph, "openai");
@@ -82,7 +90,11 @@ afterAll(async () => {
   await h2?.close();
   await h1?.close();
   expect(
-    findSecrets([REAL_OPENAI, REAL_ANTHROPIC, REAL_GITHUB], [home], [...outputs, broker.stderr()]),
+    findSecrets(
+      [REAL_OPENAI, REAL_OPENAI_B, REAL_ANTHROPIC, REAL_GITHUB],
+      [home],
+      [...outputs, broker.stderr()],
+    ),
   ).toEqual([]);
 });
 
@@ -203,6 +215,77 @@ describe("HTTP/2 on the intercept", () => {
     expect(h2.received.length).toBe(before + 1);
   });
 
+  it("holds a stream for approval while the connection's other streams go on", async () => {
+    const { session, tls } = await h2Through(broker.port, "api.openai.com", broker.bundlePath);
+    const held = h2Request(
+      session,
+      {
+        ":method": "POST",
+        ":path": "/v1/held",
+        authorization: `Bearer ${openai}`,
+        "content-type": "application/json",
+      },
+      '{"x":1}',
+    );
+    const token = readFileSync(join(home, "admin.token"), "utf8").trim();
+    const admin = { authorization: `Bearer ${token}` };
+    let waiting: { id: string }[] = [];
+    await expect
+      .poll(async () => {
+        const r = await request(`${broker.url}/__keybroker/admin/approvals`, { headers: admin });
+        waiting = ((await r.body.json()) as { approvals: { id: string }[] }).approvals;
+        return waiting.length;
+      })
+      .toBe(1);
+    const other = await h2Request(session, {
+      ":method": "GET",
+      ":path": "/v1/models",
+      authorization: `Bearer ${openai}`,
+    });
+    expect(other.status).toBe(200);
+    const ok = await request(`${broker.url}/__keybroker/admin/approvals/${waiting[0]!.id}/approve`, {
+      method: "POST",
+      headers: admin,
+    });
+    await ok.body.dump();
+    const a = await held;
+    session.close();
+    tls.destroy();
+    expect(a.status).toBe(200);
+    expect(h2.received.at(-1)?.body.toString()).toBe('{"x":1}');
+  });
+
+  it("marks a credential that hit its quota and retries the stream on the next one before answering", async () => {
+    h2.routes.set("/v1/quota", (stream, headers) => {
+      if (headers.authorization === `Bearer ${REAL_OPENAI}`) {
+        stream.respond({ ":status": 429, "content-type": "application/json", "retry-after": "60" });
+        stream.end('{"error":{"type":"rate_limit"}}');
+        return;
+      }
+      stream.respond({ ":status": 200, "content-type": "application/json" });
+      stream.end('{"ok":true}');
+    });
+    const r = await curl([
+      "--http2",
+      "-H",
+      `Authorization: Bearer ${openai}`,
+      "-H",
+      "content-type: application/json",
+      "-d",
+      '{"q":1}',
+      "https://api.openai.com/v1/quota",
+      "-w",
+      "\n%{http_version} %{http_code}",
+    ]);
+    expect(r.stdout.split("\n").at(-1)).toBe("2 200");
+    const tries = h2.received.filter((g) => g.headers[":path"] === "/v1/quota");
+    expect(tries.map((g) => g.headers.authorization)).toEqual([
+      `Bearer ${REAL_OPENAI}`,
+      `Bearer ${REAL_OPENAI_B}`,
+    ]);
+    expect(tries.map((g) => g.body.toString())).toEqual(['{"q":1}', '{"q":1}']);
+  });
+
   it("offers only http/1.1 for an HTTP/1.1-only origin, and serves it", async () => {
     const r = await curl([
       "--http2",
@@ -228,7 +311,8 @@ describe("HTTP/2 on the intercept", () => {
       "\n%{http_version} %{http_code}",
     ]);
     expect(r.stdout.split("\n").at(-1)).toBe("1.1 200");
-    expect(h2.received.at(-1)?.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
+    // The pool's second key: the quota test above marked the first.
+    expect(h2.received.at(-1)?.headers.authorization).toBe(`Bearer ${REAL_OPENAI_B}`);
     expect(h2.received.at(-1)?.headers.connection).toBeUndefined();
   });
 });
