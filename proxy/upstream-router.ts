@@ -27,10 +27,21 @@ export function alpnOffer(
   const origin = `https://${host.includes(":") ? `[${host}]` : host}${port === 443 ? "" : `:${port}`}`;
   const known = router.protocolOf(origin);
   if (known !== undefined) return known === "h2" ? OFFER_H2 : OFFER_H1;
-  return router.probe(origin).then(
-    (p) => (p === "h2" ? OFFER_H2 : OFFER_H1),
-    () => OFFER_H1,
-  );
+  // A slow origin must not eat the client's handshake time: past PROBE_WAIT_MS the client is
+  // offered HTTP/1.1 (the probe goes on, and the next connection knows).
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(OFFER_H1), PROBE_WAIT_MS);
+    router.probe(origin).then(
+      (p) => {
+        clearTimeout(timer);
+        resolve(p === "h2" ? OFFER_H2 : OFFER_H1);
+      },
+      () => {
+        clearTimeout(timer);
+        resolve(OFFER_H1);
+      },
+    );
+  });
 }
 
 type Agent = ReturnType<typeof createUpstreamAgent>;
@@ -38,6 +49,8 @@ type ConnectOptions = Parameters<ReturnType<typeof createUpstreamConnector>>[0];
 
 /** A probed connection left unused this long is closed (the Agent then opens its own). */
 const HANDOFF_MS = 10_000;
+/** How long a client's TLS handshake waits for a new origin's probe. */
+const PROBE_WAIT_MS = 2000;
 /** Origins remembered; past this the cache starts again (a broker talks to a few dozen). */
 const MAX_ORIGINS = 10_000;
 
