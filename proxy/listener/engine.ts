@@ -3,7 +3,7 @@
 // This is the only module that knows how TLS is terminated; docs/decisions.md says why it is
 // node:tls and not http-mitm-proxy.
 import type { Server as HttpServer } from "node:http";
-import type { Http2Server } from "node:http2";
+import type { Http2Server, Http2Session } from "node:http2";
 import { connect as netConnect, type Socket } from "node:net";
 import { Duplex } from "node:stream";
 import { TLSSocket } from "node:tls";
@@ -40,19 +40,18 @@ export interface InnerServers {
   alpn(info: ConnectInfo): readonly string[] | Promise<readonly string[]>;
 }
 
-const SELF = Symbol("keybroker.self");
+/** The socket beneath each HTTP/2 session: node hands out only a proxy of what it was given. */
+const SOCKETS = new WeakMap<Http2Session, Socket>();
 
-/**
- * The socket an HTTP/2 session runs on: node hands out a proxy of it (`session.socket`), which
- * passes symbol lookups through, so the socket is kept under a symbol of its own.
- */
-export function sessionSocket(proxy: unknown): Socket | undefined {
-  return (proxy as { [SELF]?: Socket } | undefined)?.[SELF];
+/** The listener's (or the TLS) socket an HTTP/2 session runs on. */
+export function sessionSocket(session: Http2Session | undefined): Socket | undefined {
+  return session === undefined ? undefined : SOCKETS.get(session);
 }
 
-/** Hands a connection that speaks HTTP/2 to `h2`. */
-export function serveH2(h2: Http2Server, socket: Socket): void {
-  (socket as unknown as { [SELF]: Socket })[SELF] = socket;
+/** Hands a connection that speaks HTTP/2 to `h2`; `raw` is the socket beneath it, when it is a wrapper. */
+export function serveH2(h2: Http2Server, socket: Socket, raw: Socket = socket): void {
+  // The server makes the session while the connection is handed over.
+  h2.once("session", (session: Http2Session) => SOCKETS.set(session, raw));
   h2.emit("connection", socket);
 }
 

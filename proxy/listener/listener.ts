@@ -40,6 +40,7 @@ import {
 } from "./engine.js";
 import { H2Response } from "./h2-exchange.js";
 import { createH2Server } from "./h2-server.js";
+import { takeOverH2c } from "./h2c.js";
 import { assertLocalCaller } from "./local-caller.js";
 import { interceptedTarget, outerTarget, type Target, type TargetRequest } from "./request-target.js";
 
@@ -109,7 +110,7 @@ export class Listener {
     this.#h2 = createH2Server(
       {
         idleMs: () => p.runtime().rules.timeouts.keepAliveMs,
-        onFirstStream: (session) => this.#cap.settled(sessionSocket(session.socket)),
+        onFirstStream: (session) => this.#cap.settled(sessionSocket(session)),
       },
       (stream, headers, raw) => this.#onStream(stream, headers, raw),
     );
@@ -134,7 +135,13 @@ export class Listener {
     this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       onConnect(connect, req, socket, head),
     );
-    answerClientErrors(this.#outer);
+    // Reverse mode's h2c, on loopback only (decision 158).
+    answerClientErrors(
+      this.#outer,
+      isLoopbackHost(rules.listen.host)
+        ? { takeOver: (err, socket) => takeOverH2c(err, socket as Socket, this.#h2) }
+        : {},
+    );
     answerClientErrors(this.#inner, { connectInside: true });
     this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onUpgrade(req, socket, head, true),
@@ -193,7 +200,7 @@ export class Listener {
   #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, raw: string[]): void {
     const p = this.#p;
     try {
-      const socket = sessionSocket(stream.session?.socket);
+      const socket = sessionSocket(stream.session);
       const method = headers[":method"];
       const path = headers[":path"];
       if (socket === undefined || method === "CONNECT" || path === undefined) {

@@ -3,6 +3,7 @@
 // request, with real clients (curl --http2, undici with allowH2, node:http2) and an h2-only
 // upstream beside an HTTP/1.1-only one.
 import { existsSync, readFileSync } from "node:fs";
+import { connect } from "node:http2";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -314,5 +315,40 @@ describe("HTTP/2 on the intercept", () => {
     // The pool's second key: the quota test above marked the first.
     expect(h2.received.at(-1)?.headers.authorization).toBe(`Bearer ${REAL_OPENAI_B}`);
     expect(h2.received.at(-1)?.headers.connection).toBeUndefined();
+  });
+});
+
+describe("HTTP/2 with prior knowledge (h2c) in reverse mode", () => {
+  it("serves /p/<id> over h2c: injected toward an h2 upstream, bridged to an HTTP/1.1 one", async () => {
+    const session = connect(broker.url);
+    session.on("error", () => {});
+    const a = await h2Request(session, {
+      ":method": "GET",
+      ":path": "/p/openai/v1/models",
+      authorization: `Bearer ${openai}`,
+    });
+    expect(a.status, a.body).toBe(200);
+    expect(h2.received.at(-1)?.headers[":path"]).toBe("/v1/models");
+    expect(String(h2.received.at(-1)?.headers.authorization)).toMatch(/^Bearer sk-real-openai/);
+    const before = h1.received.length;
+    const b = await h2Request(session, {
+      ":method": "GET",
+      ":path": "/p/anthropic/v1/models",
+      "x-api-key": anthropic,
+      cookie: ["a=1", "b=2"] as unknown as string,
+    });
+    session.close();
+    expect(b.status).toBe(200);
+    expect(h1.received.length).toBe(before + 1);
+    const got = h1.received.at(-1)!;
+    expect(got.headers["x-api-key"]).toBe(REAL_ANTHROPIC);
+    expect(got.headers.cookie).toBe("a=1; b=2");
+    expect(got.headers.host).toBe("api.anthropic.com");
+  });
+
+  it("leaves HTTP/1.1 on the same port as it was", async () => {
+    const r = await request(`${broker.url}/p/anthropic/v1/models`, { headers: { "x-api-key": anthropic } });
+    expect(r.statusCode).toBe(200);
+    await r.body.dump();
   });
 });
