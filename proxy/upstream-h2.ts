@@ -177,32 +177,39 @@ export class H2Sessions {
     stream.once("trailers", (t) => {
       trailers = responseHeaders(t);
     });
+    // A reset ends the readable side as END_STREAM does, and node reports its code only after
+    // 'end': the answer's end is decided a turn later, when a reset has made itself known
+    // (its 'error' fails the request first).
+    let ended = false;
     stream.once("end", () => {
-      if (settled) return;
-      // A reset ends the readable side too: it is a failure, with its code, not an answer's end.
-      const rst = stream.rstCode;
-      if (rst !== undefined && rst !== constants.NGHTTP2_NO_ERROR) {
-        fail(
-          new UpstreamStreamError(
-            `the upstream reset the stream (code ${rst})`,
-            "ERR_HTTP2_STREAM_ERROR",
-            rst,
-          ),
-        );
-        return;
-      }
-      if (!started) {
-        fail(new UpstreamStreamError("the upstream ended the stream without an answer", "UND_ERR_SOCKET"));
-        return;
-      }
-      settled = true;
-      handler.onResponseEnd?.(c, trailers);
+      ended = true;
+      setImmediate(() => {
+        if (settled) return;
+        const rst = stream.rstCode;
+        if (rst !== undefined && rst !== constants.NGHTTP2_NO_ERROR) {
+          fail(
+            new UpstreamStreamError(
+              `the upstream reset the stream (code ${rst})`,
+              "ERR_HTTP2_STREAM_ERROR",
+              rst,
+            ),
+          );
+          return;
+        }
+        if (!started) {
+          fail(new UpstreamStreamError("the upstream ended the stream without an answer", "UND_ERR_SOCKET"));
+          return;
+        }
+        settled = true;
+        handler.onResponseEnd?.(c, trailers);
+      });
     });
     stream.on("error", (err: NodeJS.ErrnoException) => {
       fail(new UpstreamStreamError(err.message, err.code ?? "ERR_HTTP2_STREAM_ERROR", stream.rstCode));
     });
     stream.once("close", () => {
-      if (settled) return;
+      // After 'end', the deferred check above decides.
+      if (settled || ended) return;
       const rst = stream.rstCode;
       fail(
         new UpstreamStreamError(`the upstream reset the stream (code ${rst})`, "ERR_HTTP2_STREAM_ERROR", rst),

@@ -287,6 +287,25 @@ describe("HTTP/2 on the intercept", () => {
     expect(tries.map((g) => g.body.toString())).toEqual(['{"q":1}', '{"q":1}']);
   });
 
+  it("passes an upstream's RST_STREAM code on to the client's stream", async () => {
+    // While the request is still open, so the reset is not preceded by the answer's end.
+    h2.streaming.set("/v1/reset", (stream) => {
+      stream.respond({ ":status": 200, "content-type": "text/plain" });
+      stream.write("partial", () => stream.close(11));
+    });
+    const { session, tls } = await h2Through(broker.port, "api.openai.com", broker.bundlePath);
+    const s = session.request({ ":method": "POST", ":path": "/v1/reset", authorization: `Bearer ${openai}` });
+    s.on("error", () => {});
+    s.on("data", () => {});
+    const closed = new Promise((resolve) => s.once("close", resolve));
+    s.write("still sending");
+    await closed;
+    session.close();
+    tls.destroy();
+    // ENHANCE_YOUR_CALM, not the INTERNAL_ERROR of a broken answer.
+    expect(s.rstCode).toBe(11);
+  });
+
   it("offers only http/1.1 for an HTTP/1.1-only origin, and serves it", async () => {
     const r = await curl([
       "--http2",
