@@ -49,6 +49,10 @@ export interface ExchangeResponse {
   /** "close" (the client went away or the answer ended), "drain", "finish". */
   once(event: "close" | "drain" | "finish", listener: () => void): unknown;
   off(event: "close", listener: () => void): unknown;
+  /** Trailer fields to send after the body (node's; HTTP/1.1 sends them only when chunked). */
+  addTrailers?(headers: OutgoingHttpHeaders | IncomingHttpHeaders): void;
+  /** HTTP/2 only: resets the stream with this code (RST_STREAM), for an upstream's own reset. */
+  reset?(code: number): void;
 }
 
 export interface Exchange {

@@ -2,13 +2,15 @@
 // backpressure both ways: nothing is buffered, SSE chunks go out as they come, and a client
 // that goes away aborts the upstream request.
 import type { IncomingHttpHeaders } from "node:http";
-import type { Agent, Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { noteStreamed } from "../core/v8-tuning.js";
 import { type Exchange, originOf, upstreamTimeoutMs } from "./exchange.js";
 import { type BodySink, sendWhole, startResponse } from "./response-body.js";
+import { scrubHeaders } from "./scrub-stream.js";
 import type { HeadStage } from "./stages/stage.js";
 import { PrivateAddressError } from "./upstream.js";
+import type { UpstreamDispatch } from "./upstream-router.js";
 
 const TLS_CODES = new Set([
   "ERR_TLS_CERT_ALTNAME_INVALID",
@@ -102,7 +104,7 @@ export function hasBody(x: Exchange): boolean {
  * response stages; `head` runs on every response's head before it goes on.
  */
 export function forward(
-  agent: Agent,
+  agent: UpstreamDispatch,
   x: Exchange,
   hold: ((status: number) => boolean) | undefined,
   head: readonly HeadStage[],
@@ -119,7 +121,7 @@ export function forward(
         {
           origin: originOf(x),
           path: x.path,
-          method: x.method as Dispatcher.HttpMethod,
+          method: x.method,
           headers: x.headers,
           body,
           headersTimeout: timeout,
@@ -202,7 +204,10 @@ class Forwarding implements Dispatcher.DispatchHandler {
       x.upstreamMs += performance.now() - this.sentAt;
       this.#reject(upstreamError(err, x));
     } else {
-      x.res.destroy();
+      // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
+      const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
+      if (rst !== undefined && x.res.reset !== undefined) x.res.reset(rst);
+      else x.res.destroy();
       this.#finish();
     }
   }
@@ -287,7 +292,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     }
   }
 
-  onResponseEnd(): void {
+  onResponseEnd(_c: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
     const held = this.#held;
     if (held !== undefined) {
       this.#result.held = {
@@ -300,6 +305,13 @@ class Forwarding implements Dispatcher.DispatchHandler {
       this.#x.res.off("close", this.#onClose);
       this.#finish();
       return;
+    }
+    // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries them
+    // only when chunked, as node writes them.
+    for (const _ in trailers) {
+      const patterns = this.#patterns;
+      this.#x.res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
+      break;
     }
     const sink = this.#sink;
     if (sink === undefined) this.#x.res.end();

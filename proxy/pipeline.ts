@@ -64,6 +64,7 @@ import {
   runStages,
   type Stage,
 } from "./stages/stage.js";
+import type { UpstreamDispatch } from "./upstream-router.js";
 import { forwardUpgrade, type Upgrade } from "./websocket.js";
 
 export { matchProvider, runStages, type Stage };
@@ -74,8 +75,10 @@ export interface PipelineParts {
   readonly auditWritable: () => boolean;
   /** Holds the requests `approve` rules match until a person answers. */
   readonly approvals: Approvals;
-  /** The upstream agent of the current rules. */
+  /** The upstream agent of the current rules (WebSocket upgrades). */
   readonly agent: () => Agent;
+  /** Where requests go upstream: HTTP/1.1 or HTTP/2, by what the origin speaks (upstream-router.ts). */
+  readonly upstream: () => UpstreamDispatch;
   readonly recorder: Recorder;
 }
 
@@ -198,7 +201,7 @@ export class Pipeline {
   }
 
   async #forward(x: Exchange): Promise<void> {
-    const agent = this.#p.agent();
+    const agent = this.#p.upstream();
     let result = await forward(agent, x, x.injection === undefined ? undefined : mayMark, headStages);
     x.result = result;
     while (result.held !== undefined) {

@@ -35,6 +35,19 @@ export function codingsToUndo(header: string | string[] | undefined, patterns?: 
   return codings;
 }
 
+/**
+ * gRPC compresses message by message (`grpc-encoding`), where no echo can be found: refused like
+ * a content coding keybroker cannot undo. The h2 exchange asks for identity (h2-exchange.ts).
+ */
+function refuseCompressedGrpc(header: string | string[] | undefined, patterns: ScrubPatterns): void {
+  if (header === undefined || header === "identity") return;
+  throw new BrokerError(
+    "upstream_unreachable",
+    `the upstream answered with grpc-encoding "${scrubText(patterns, String(header))}", which keybroker cannot check for an echo of the credential; the answer was not passed on`,
+    { hint: "the client's call should not ask for compressed answers (grpc-accept-encoding: identity)" },
+  );
+}
+
 export interface BodySink {
   /** Writes a chunk; false asks the caller to pause until `onceDrain` fires. */
   write(chunk: Buffer): boolean;
@@ -66,6 +79,7 @@ export function startResponse(
   }
 
   const codings = codingsToUndo(upstreamHeaders["content-encoding"], patterns);
+  refuseCompressedGrpc(upstreamHeaders["grpc-encoding"], patterns);
   const headers = forwardableResponseHeaders(scrubHeaders(patterns, upstreamHeaders));
   // The reason phrase is upstream text too (`400 Bad key Bearer sk-…`).
   const reason = patterns.scrubText(statusMessage);
@@ -91,9 +105,13 @@ export function startResponse(
   }
 
   // A large body of known length keeps it: replacements are fitted to what they replace (the
-  // placeholder cut or padded with `*`), so no chunked re-encoding is needed. Otherwise the
-  // length may change, and the body goes out chunked.
-  const keepLength = inflate === undefined && Number.isFinite(length);
+  // placeholder cut or padded with `*`), so no chunked re-encoding is needed. So does a gRPC
+  // stream, whose messages carry their own length in a prefix: an echo replaced in place
+  // leaves every prefix true (decision 156). Otherwise the length may change, and the body
+  // goes out chunked.
+  const keepLength =
+    inflate === undefined &&
+    (Number.isFinite(length) || String(upstreamHeaders["content-type"] ?? "").startsWith("application/grpc"));
   if (!keepLength) delete headers["content-length"];
   if (inflate !== undefined) delete headers["content-encoding"];
   res.writeHead(status, reason, headers);

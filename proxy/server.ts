@@ -38,6 +38,7 @@ import { accessLogFromEnv } from "./access-log.js";
 import { onApprovalEvent } from "./approval-events.js";
 import { Approvals } from "./approvals.js";
 import { Launches } from "./launches.js";
+import { h2Exchange } from "./listener/h2-exchange.js";
 import { http1Exchange } from "./listener/http1-exchange.js";
 import { HEALTH_PATH, Listener } from "./listener/listener.js";
 import type { Target } from "./listener/request-target.js";
@@ -46,8 +47,8 @@ import { OAuthWiring } from "./oauth-wiring.js";
 import { Pipeline } from "./pipeline.js";
 import { Runtime } from "./runtime.js";
 import { Recorder } from "./stages/record.js";
-import { createUpstreamAgent } from "./upstream.js";
 import { createUpstreamAuth } from "./upstream-auth.js";
+import { alpnOffer, UpstreamRouter } from "./upstream-router.js";
 import type { Upgrade } from "./websocket.js";
 
 export { HEALTH_PATH, VERSION };
@@ -78,6 +79,8 @@ export class Broker implements AdminHost {
   readonly log: Logger;
   #rt: Runtime;
   #agent: Agent;
+  /** The agent's router: HTTP/2 to origins that speak it (upstream-router.ts). */
+  #upstream: UpstreamRouter;
   readonly #minter: LeafMinter;
   /** The port, its connections and routes (proxy/listener/). */
   readonly #listener: Listener;
@@ -117,7 +120,8 @@ export class Broker implements AdminHost {
     this.bundlePath = writeTrustBundle(ca, opts.home);
     this.#minter = new LeafMinter(ca);
     this.#rt = rt;
-    this.#agent = this.#createAgent(rt);
+    this.#upstream = this.#createUpstream(rt);
+    this.#agent = this.#upstream.agent;
     this.notifier = new Notifier(rt.rules.notify, {
       warn: (message) => opts.log.warn(message),
       env: opts.env ?? process.env,
@@ -196,6 +200,7 @@ export class Broker implements AdminHost {
       auditWritable: () => this.#audit?.writable ?? true,
       approvals: this.approvals,
       agent: () => this.#agent,
+      upstream: () => this.#upstream,
       recorder: new Recorder({
         log: opts.log,
         metrics: this.metrics,
@@ -217,6 +222,9 @@ export class Broker implements AdminHost {
       metricsEndpoint: this.#metricsEndpoint,
       admin: (req, res) => void handleAdmin(this, this.#adminToken, req, res, this.#adminPage),
       handle: (req, res, t, upgrade) => this.#handle(req, res, t, upgrade),
+      handleStream: (stream, headers, raw, t) =>
+        this.#pipeline.run(h2Exchange(stream, headers, raw, t, this.#rt, this.pools)),
+      alpn: (info) => alpnOffer(this.#upstream, info.host, info.port),
     });
   }
 
@@ -268,8 +276,8 @@ export class Broker implements AdminHost {
     return this.#address;
   }
 
-  #createAgent(rt: Runtime): Agent {
-    return createUpstreamAgent({
+  #createUpstream(rt: Runtime): UpstreamRouter {
+    return new UpstreamRouter({
       upstreamCa: rt.rules.upstreamCa,
       timeoutMs: rt.rules.timeouts.upstreamMs,
       policy: {
@@ -355,13 +363,14 @@ export class Broker implements AdminHost {
   /** Swaps in a new rule set. On failure the old rules stay and the error is thrown. */
   async reload(rules: Rules): Promise<void> {
     const rt = await Broker.#buildRuntime(this.#opts, rules);
-    const agent = this.#createAgent(rt); // reads upstream_ca: may fail, before anything changes
+    const upstream = this.#createUpstream(rt); // reads upstream_ca: may fail, before anything changes
     this.#reloadRejected = undefined;
     if (JSON.stringify(rules.state) !== JSON.stringify(this.#rt.rules.state))
       this.log.warn("state: a change of the shared state takes effect when the broker restarts");
-    const old = this.#agent;
+    const old = this.#upstream;
     this.#rt = rt;
-    this.#agent = agent;
+    this.#upstream = upstream;
+    this.#agent = upstream.agent;
     this.#setUpAuth(rt);
     this.notifier.setCommand(rt.rules.notify);
     this.#listener.applyRules(rt.rules);
@@ -374,7 +383,7 @@ export class Broker implements AdminHost {
     const closed = this.#listener.close();
     this.#adminPage.close();
     await closed;
-    await this.#agent.destroy().catch(() => {});
+    await this.#upstream.destroy().catch(() => {});
     this.approvals.close();
     this.launches.close();
     this.logins.close();

@@ -102,41 +102,68 @@ export interface UpstreamOptions {
   readonly timeoutMs?: number;
 }
 
-export function createUpstreamAgent(opts: UpstreamOptions): Agent {
+type Connector = Undici.buildConnector.connector;
+
+/**
+ * Opens upstream connections under the rules: verified TLS, the `resolve` map, and refusal of
+ * private addresses. `h2` offers HTTP/2 by ALPN beside HTTP/1.1 (the origin probe and HTTP/2
+ * sessions, upstream-router.ts); the Agent's own connections offer HTTP/1.1 only.
+ */
+export function createUpstreamConnector(opts: UpstreamOptions, h2 = false): Connector {
   // One secure context for every upstream connection: with a bare `ca` list, each connection
   // would parse the ~150 system roots again.
   const secureContext = createSecureContext({ ca: trustedRoots(opts.upstreamCa) });
-  const tls = { secureContext, rejectUnauthorized: true, maxCachedSessions: 1000 };
+  const tls = { secureContext, rejectUnauthorized: true, maxCachedSessions: 1000, allowH2: h2 };
   const strict = buildConnector({ ...tls, lookup: guardedLookup } as Undici.buildConnector.BuildOptions);
   const open = buildConnector(tls);
+  return (options, callback) => {
+    const port = Number(options.port) || (options.protocol === "https:" ? 443 : 80);
+    const servername = options.servername || (isIP(options.hostname) ? undefined : options.hostname);
+    const mapped = opts.policy.resolve(options.hostname, port);
+    if (mapped !== undefined) {
+      return open(
+        {
+          ...options,
+          hostname: mapped.host,
+          port: String(mapped.port),
+          ...(servername ? { servername } : {}),
+        },
+        callback,
+      );
+    }
+    if (!opts.policy.allowsPrivate(options.hostname, port)) {
+      if (isPrivateAddress(options.hostname.replace(/^\[|\]$/g, ""))) {
+        return callback(new PrivateAddressError(options.hostname, options.hostname), null);
+      }
+      return strict(options, callback);
+    }
+    return open(options, callback);
+  };
+}
+
+/**
+ * The Agent of HTTP/1.1 upstream requests. `handoff` may give it a connection already open to
+ * the origin (the protocol probe's, upstream-router.ts) before it opens one itself.
+ */
+export function createUpstreamAgent(
+  opts: UpstreamOptions,
+  handoff?: (hostname: string, port: number) => import("node:net").Socket | undefined,
+): Agent {
   const timeout = opts.timeoutMs ?? 30 * 60_000;
+  const connector = createUpstreamConnector(opts);
   return new Agent({
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 600_000,
     headersTimeout: timeout,
     bodyTimeout: timeout,
     connect(options, callback) {
-      const port = Number(options.port) || (options.protocol === "https:" ? 443 : 80);
-      const servername = options.servername || (isIP(options.hostname) ? undefined : options.hostname);
-      const mapped = opts.policy.resolve(options.hostname, port);
-      if (mapped !== undefined) {
-        return open(
-          {
-            ...options,
-            hostname: mapped.host,
-            port: String(mapped.port),
-            ...(servername ? { servername } : {}),
-          },
-          callback,
-        );
+      if (handoff !== undefined && options.protocol === "https:") {
+        const socket = handoff(options.hostname, Number(options.port) || 443);
+        // Answered on the next tick, as a new connection would be: undici's client is still
+        // inside the call that asked for it.
+        if (socket !== undefined) return process.nextTick(callback, null, socket);
       }
-      if (!opts.policy.allowsPrivate(options.hostname, port)) {
-        if (isPrivateAddress(options.hostname.replace(/^\[|\]$/g, ""))) {
-          return callback(new PrivateAddressError(options.hostname, options.hostname), null);
-        }
-        return strict(options, callback);
-      }
-      return open(options, callback);
+      return connector(options, callback);
     },
   });
 }

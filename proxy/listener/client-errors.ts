@@ -104,8 +104,13 @@ function onExpectation(req: IncomingMessage, res: ServerResponse): void {
 }
 
 /** Installs the answers on a server: the listener, or the one that reads intercepted connections. */
-export function answerClientErrors(server: Server, opts: { connectInside?: boolean } = {}): void {
-  server.on("clientError", onClientError);
+export function answerClientErrors(
+  server: Server,
+  opts: { connectInside?: boolean; takeOver?: (err: NodeJS.ErrnoException, socket: Duplex) => boolean } = {},
+): void {
+  const takeOver = opts.takeOver;
+  if (takeOver === undefined) server.on("clientError", onClientError);
+  else server.on("clientError", (err, socket) => takeOver(err, socket) || onClientError(err, socket));
   server.on("checkExpectation", onExpectation);
   if (opts.connectInside) {
     // Node closes a CONNECT nobody listens for without a word.

@@ -2,7 +2,7 @@
 // tunnelled untouched to a public address (a private one only when `resolve:` or the provider
 // allows it). A tunnel is audited once its outcome is known.
 import { lookup } from "node:dns";
-import type { IncomingMessage, Server } from "node:http";
+import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import type { AuditEntry } from "../../audit/audit-log.js";
 import type { LeafMinter } from "../../certs/leaf.js";
@@ -17,15 +17,15 @@ import { isPrivateAddress } from "../upstream.js";
 import { authenticate } from "./client-auth.js";
 import { writeRawError } from "./client-errors.js";
 import type { ConnectionCap } from "./connection-cap.js";
-import { intercept, tunnel } from "./engine.js";
+import { type InnerServers, intercept, tunnel } from "./engine.js";
 
 export interface ConnectParts {
   readonly rt: Runtime;
   readonly launches: Launches;
   readonly log: Logger;
   readonly minter: LeafMinter;
-  /** The server intercepted requests are parsed by. */
-  readonly inner: Server;
+  /** The servers intercepted requests are parsed by. */
+  readonly inner: InnerServers;
   readonly cap: ConnectionCap;
   readonly metrics: BrokerMetrics;
   readonly audit: (entry: AuditEntry) => void;

@@ -3,6 +3,7 @@
 // This is the only module that knows how TLS is terminated; docs/decisions.md says why it is
 // node:tls and not http-mitm-proxy.
 import type { Server as HttpServer } from "node:http";
+import type { Http2Server, Http2Session } from "node:http2";
 import { connect as netConnect, type Socket } from "node:net";
 import { Duplex } from "node:stream";
 import { TLSSocket } from "node:tls";
@@ -25,6 +26,34 @@ export function connectInfo(socket: unknown): ConnectInfo | undefined {
 }
 
 export const CONNECT_OK = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/** ALPN offers: HTTP/1.1 alone, or HTTP/2 first for an origin that speaks it (decision 153). */
+export const OFFER_H1: readonly string[] = ["http/1.1"];
+export const OFFER_H2: readonly string[] = ["h2", "http/1.1"];
+
+/** The servers decrypted connections are handed to, and what to offer whom. */
+export interface InnerServers {
+  readonly http: HttpServer;
+  /** Serves connections that negotiated `h2`. */
+  readonly h2: Http2Server;
+  /** The ALPN protocols to offer for this CONNECT's origin; a promise while it is probed. */
+  alpn(info: ConnectInfo): readonly string[] | Promise<readonly string[]>;
+}
+
+/** The socket beneath each HTTP/2 session: node hands out only a proxy of what it was given. */
+const SOCKETS = new WeakMap<Http2Session, Socket>();
+
+/** The listener's (or the TLS) socket an HTTP/2 session runs on. */
+export function sessionSocket(session: Http2Session | undefined): Socket | undefined {
+  return session === undefined ? undefined : SOCKETS.get(session);
+}
+
+/** Hands a connection that speaks HTTP/2 to `h2`; `raw` is the socket beneath it, when it is a wrapper. */
+export function serveH2(h2: Http2Server, socket: Socket, raw: Socket = socket): void {
+  // The server makes the session while the connection is handed over.
+  h2.once("session", (session: Http2Session) => SOCKETS.set(session, raw));
+  h2.emit("connection", socket);
+}
 
 const SECURE = Symbol("keybroker.secure");
 const LISTENER_SOCKET = Symbol("keybroker.listenerSocket");
@@ -61,7 +90,7 @@ export function intercept(
   head: Buffer,
   info: ConnectInfo,
   minter: LeafMinter,
-  inner: HttpServer,
+  inner: InnerServers,
   handshakeMs: number,
 ): void {
   socket.write(CONNECT_OK);
@@ -69,9 +98,16 @@ export function intercept(
   let top: Socket | TLSSocket = socket;
   const timer = setTimeout(() => top.destroy(), handshakeMs);
   socket.once("close", () => clearTimeout(timer));
-  const start = () => {
-    top = terminate(socket, head, info, minter, inner);
+  const begin = (offer: readonly string[]) => {
+    if (socket.destroyed) return;
+    top = terminate(socket, head, info, minter, inner, offer);
     top.once("secure", () => clearTimeout(timer));
+  };
+  // An origin seen for the first time is probed before the client's hello is answered.
+  const start = () => {
+    const offer = inner.alpn(info);
+    if (Array.isArray(offer)) begin(offer);
+    else void (offer as Promise<readonly string[]>).then(begin);
   };
   if (head.length > 0) {
     start();
@@ -92,7 +128,8 @@ function terminate(
   head: Buffer,
   info: ConnectInfo,
   minter: LeafMinter,
-  inner: HttpServer,
+  inner: InnerServers,
+  offer: readonly string[],
 ): TLSSocket {
   let transport: Socket | Duplex = socket;
   if (head.length > 0) {
@@ -104,7 +141,7 @@ function terminate(
   const tls = new TLSSocket(transport as Socket, {
     isServer: true,
     secureContext: minter.secureContext(info.host),
-    ALPNProtocols: ["http/1.1"],
+    ALPNProtocols: offer as string[],
   });
   (tls as unknown as { [INFO]: ConnectInfo })[INFO] = info;
   (tls as unknown as { [LISTENER_SOCKET]: Socket })[LISTENER_SOCKET] = socket;
@@ -113,9 +150,21 @@ function terminate(
     (tls as unknown as { [SECURE]: boolean })[SECURE] = true;
   });
   tls.once("close", () => socket.destroy());
-  // Handed over at once: the HTTP server's reading is what notices a client that goes away
-  // during the handshake. Its headers timeout runs from here too.
-  inner.emit("connection", tls);
+  if (offer === OFFER_H1) {
+    // Handed over at once: the HTTP server's reading is what notices a client that goes away
+    // during the handshake. Its headers timeout runs from here too.
+    inner.http.emit("connection", tls);
+    return tls;
+  }
+  // Which server reads it depends on what the handshake chose. The TLS socket reads (and so
+  // sees a client go away) by itself meanwhile; the handshake timer bounds the wait.
+  tls.once("secure", () => {
+    // A server-side TLS socket made by hand keeps `secureConnecting` set (only tls.Server
+    // clears it), and an HTTP/2 session waits for that to clear before it reads a byte.
+    (tls as unknown as { secureConnecting: boolean }).secureConnecting = false;
+    if (tls.alpnProtocol === "h2") serveH2(inner.h2, tls as unknown as Socket);
+    else inner.http.emit("connection", tls);
+  });
   return tls;
 }
 

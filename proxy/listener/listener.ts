@@ -4,6 +4,7 @@
 // the sockets, their limits and the answers to malformed requests; every request bound upstream
 // goes to `handle` (the pipeline) with its target.
 import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
+import type { Http2Server, IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { ADMIN_PREFIX } from "../../admin/api.js";
 import { type AdminPage, isAdminPagePath } from "../../admin/page.js";
@@ -32,10 +33,27 @@ import {
   serverOptions,
   trackConnections,
 } from "./connection-limits.js";
+import {
+  type ConnectInfo,
+  connectInfo as connectInfoOf,
+  type InnerServers,
+  sessionSocket,
+} from "./engine.js";
+import { H2Response } from "./h2-exchange.js";
+import { createH2Server } from "./h2-server.js";
+import { takeOverH2c } from "./h2c.js";
 import { assertLocalCaller } from "./local-caller.js";
-import { interceptedTarget, outerTarget, type Target } from "./request-target.js";
+import { interceptedTarget, outerTarget, type Target, type TargetRequest } from "./request-target.js";
 
 export const HEALTH_PATH = "/__keybroker/health";
+
+/** Runs one HTTP/2 stream through the pipeline (listener/h2-exchange.ts). */
+export type HandleStream = (
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  raw: string[],
+  t: Target,
+) => Promise<void>;
 
 /** Runs one request through the pipeline (proxy/pipeline.ts). */
 export type Handle = (
@@ -63,12 +81,17 @@ export interface ListenerParts {
   /** The admin API, under ADMIN_PREFIX. */
   readonly admin: (req: IncomingMessage, res: ServerResponse) => void;
   readonly handle: Handle;
+  readonly handleStream: HandleStream;
+  /** The ALPN protocols to offer a client intercepted for this origin (decision 153). */
+  readonly alpn: (info: ConnectInfo) => readonly string[] | Promise<readonly string[]>;
 }
 
 export class Listener {
   readonly #p: ListenerParts;
   readonly #outer: Server;
   readonly #inner: Server;
+  /** HTTP/2 connections: intercepted ones that negotiated h2, and h2c in reverse mode. */
+  readonly #h2: Http2Server;
   readonly #sockets = new Set<Socket>();
   /** limits.connections: at the cap, the oldest connection that has sent no request makes room. */
   readonly #cap: ConnectionCap;
@@ -87,6 +110,14 @@ export class Listener {
     }
     this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
     this.#cap = new ConnectionCap(this.#outer, connectionLimit(rules), p.log);
+    this.#h2 = createH2Server(
+      {
+        idleMs: () => p.runtime().rules.timeouts.keepAliveMs,
+        onFirstStream: (session) => this.#cap.settled(sessionSocket(session)),
+      },
+      (stream, headers, raw) => this.#onStream(stream, headers, raw),
+    );
+    const inner: InnerServers = { http: this.#inner, h2: this.#h2, alpn: p.alpn };
     this.#cap.watch(this.#outer);
     this.#cap.watch(this.#inner);
     applyConnectionRules(this.#outer, this.#inner, rules, this.#cap);
@@ -99,7 +130,7 @@ export class Listener {
       launches: p.launches,
       log: p.log,
       minter: p.minter,
-      inner: this.#inner,
+      inner,
       cap: this.#cap,
       metrics: p.metrics,
       audit: p.audit,
@@ -107,7 +138,13 @@ export class Listener {
     this.#outer.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       onConnect(connect, req, socket, head),
     );
-    answerClientErrors(this.#outer);
+    // Reverse mode's h2c, on loopback only (decision 158).
+    answerClientErrors(
+      this.#outer,
+      isLoopbackHost(rules.listen.host)
+        ? { takeOver: (err, socket) => takeOverH2c(err, socket as Socket, this.#h2) }
+        : {},
+    );
     answerClientErrors(this.#inner, { connectInside: true });
     this.#inner.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#onUpgrade(req, socket, head, true),
@@ -147,6 +184,7 @@ export class Listener {
   close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
     this.#inner.close();
+    this.#h2.close();
     this.#adminTls?.close();
     this.#outer.closeAllConnections();
     for (const socket of this.#sockets) socket.destroy();
@@ -158,6 +196,34 @@ export class Listener {
       void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), this.#p.launches, req));
     } catch (err) {
       sendError(res, asBrokerError(err, this.#p.log));
+    }
+  }
+
+  /** An HTTP/2 stream: its head names the target as an HTTP/1.1 request line and Host would. */
+  #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, raw: string[]): void {
+    const p = this.#p;
+    try {
+      const socket = sessionSocket(stream.session);
+      const method = headers[":method"];
+      const path = headers[":path"];
+      if (socket === undefined || method === "CONNECT" || path === undefined) {
+        throw new BrokerError(
+          "bad_request",
+          `an HTTP/2 ${String(method)} without a path is not supported here`,
+          {
+            hint: "send requests with a :path; CONNECT inside an intercepted connection is not supported",
+          },
+        );
+      }
+      const authority = headers[":authority"] ?? headers.host;
+      const head = { socket, url: path, headers: { host: authority }, httpVersion: "2.0" };
+      const rt = p.runtime();
+      const target = connectInfoOf(socket)
+        ? interceptedTarget(rt, p.launches, head as unknown as TargetRequest)
+        : outerTarget(rt, p.launches, { ...head, headers } as unknown as TargetRequest, p.log);
+      void p.handleStream(stream, headers, raw, target);
+    } catch (err) {
+      sendError(new H2Response(stream), asBrokerError(err, p.log));
     }
   }
 

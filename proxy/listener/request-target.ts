@@ -26,8 +26,11 @@ export interface Target {
   readonly reverseRest?: string;
 }
 
+/** What the target is worked out from: an HTTP/1.1 request, or an HTTP/2 stream's head. */
+export type TargetRequest = Pick<IncomingMessage, "socket" | "url" | "headers" | "httpVersion">;
+
 /** HTTP/1.1 requires Host (RFC 9112 §3.2); node's own check answers a bare 400, so it is off. */
-export function assertHostHeader(req: IncomingMessage): void {
+export function assertHostHeader(req: TargetRequest): void {
   if (req.httpVersion === "1.1" && req.headers.host === undefined) {
     throw new BrokerError("bad_request", "the request has no Host header", {
       hint: "an HTTP/1.1 request must name its host in a Host header",
@@ -68,7 +71,7 @@ export function interceptedPath(url: string, host: string, port: number): string
 }
 
 /** Where an intercepted request goes: the host and port its CONNECT named. */
-export function interceptedTarget(rt: Runtime, launches: Launches, req: IncomingMessage): Target {
+export function interceptedTarget(rt: Runtime, launches: Launches, req: TargetRequest): Target {
   const info = connectInfo(req.socket);
   const client =
     info === undefined
@@ -93,7 +96,7 @@ export function interceptedTarget(rt: Runtime, launches: Launches, req: Incoming
 }
 
 /** Where a request to the listener itself goes: a reverse mount, or a plain-HTTP proxy target. */
-export function outerTarget(rt: Runtime, launches: Launches, req: IncomingMessage, log: Logger): Target {
+export function outerTarget(rt: Runtime, launches: Launches, req: TargetRequest, log: Logger): Target {
   assertHostHeader(req);
   const url = req.url ?? "/";
   if (url.startsWith("/")) {

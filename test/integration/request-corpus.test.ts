@@ -1,10 +1,11 @@
 // Raw requests the broker must refuse itself, on the listener and inside intercepted connections:
 // bad CONNECT ports, request targets naming another origin, requests without Host, and what
 // node's HTTP parser rejects. Every refusal has SPEC §11's shape and nothing reaches the upstream.
+import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAL_OPENAI } from "../helpers/fixture.js";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
-import { brokerError, parseAnswer, rawExchange, tunnelExchange } from "../helpers/raw.js";
+import { brokerError, openSocket, parseAnswer, rawExchange, tunnelExchange } from "../helpers/raw.js";
 
 let f: InProcessFixture;
 
@@ -159,6 +160,8 @@ describe("what node's parser refuses has the broker's shape too", () => {
       const text = await reachesNothing(() => inTunnel(request));
       expect(brokerError(text).status).toBe(status);
     });
+    // On the loopback listener the preface starts reverse mode's h2c (docs/http2.md): below.
+    if (request.startsWith("PRI ")) continue;
     it(`${name}, on the listener: ${status}`, async () => {
       const onListener = request
         .replace("/v1/", "http://example.test/v1/")
@@ -167,6 +170,23 @@ describe("what node's parser refuses has the broker's shape too", () => {
       expect(brokerError(text).status).toBe(status);
     });
   }
+
+  it("an HTTP/2 preface then garbage, on the listener: HTTP/2's own refusal (GOAWAY), and the connection closes", async () => {
+    const before = f.upstream.received.length;
+    const socket = await openSocket(f.broker.port);
+    const chunks: Buffer[] = [];
+    socket.on("data", (c: Buffer) => chunks.push(c));
+    socket.on("error", () => {});
+    socket.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nGARBAGE, not a SETTINGS frame\r\n\r\n");
+    await once(socket, "close");
+    expect(f.upstream.received.length).toBe(before);
+    const bytes = Buffer.concat(chunks);
+    // Frames are 9-byte headers, type at offset 3: find a GOAWAY (7) among what came back.
+    let goaway = false;
+    for (let i = 0; i + 9 <= bytes.length; i += 9 + bytes.readUIntBE(i, 3))
+      if (bytes[i + 3] === 7) goaway = true;
+    expect(goaway).toBe(true);
+  });
 
   it("CONNECT inside a tunnel: 400", async () => {
     const text = await reachesNothing(() =>

@@ -4,6 +4,7 @@
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
+import { createServer as createH2Server } from "node:http2";
 import { type AddressInfo, connect as netConnect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CertificateAuthority, loadOrCreateCa } from "../../../certs/ca.js";
 import { LeafMinter } from "../../../certs/leaf.js";
 import { releaseAfterSurges } from "../../../proxy/listener/connection-limits.js";
-import { CONNECT_OK, intercept } from "../../../proxy/listener/engine.js";
+import { CONNECT_OK, intercept, OFFER_H1 } from "../../../proxy/listener/engine.js";
 
 const HOST = "api.example.test";
 let home: string;
@@ -39,7 +40,8 @@ beforeAll(async () => {
   });
   outer.on("connect", (_req, socket: Socket, head: Buffer) => {
     socket.on("error", () => socket.destroy());
-    intercept(socket, head, { host: HOST, port: 443, client: "default" }, minter, inner, 60_000);
+    const servers = { http: inner, h2: createH2Server(), alpn: () => OFFER_H1 };
+    intercept(socket, head, { host: HOST, port: 443, client: "default" }, minter, servers, 60_000);
   });
   outer.listen(0, "127.0.0.1");
   await once(outer, "listening");

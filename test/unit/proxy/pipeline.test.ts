@@ -31,6 +31,9 @@ function parts(): PipelineParts {
     agent: () => {
       throw new Error("not forwarding here");
     },
+    upstream: () => {
+      throw new Error("not forwarding here");
+    },
     recorder: { onPoolEvent: () => {} } as unknown as Recorder,
   };
 }

@@ -1,0 +1,237 @@
+// HTTP/2 upstream: one node:http2 session per origin that speaks it, multiplexing every request
+// bound there (from HTTP/2 streams and HTTP/1.1 requests alike), behind the same handler
+// interface undici's dispatch uses, so forward.ts has one path for both (decision 154).
+//   - the request: the pipeline's header list becomes an HTTP/2 header block (`host` becomes
+//     `:authority`, connection-specific fields are dropped, `te` only as `trailers`); its body
+//     is piped with the stream's own flow control, so a slow upstream slows the client down;
+//   - the answer: head, data with pause/resume (node sends WINDOW_UPDATE only as the data is
+//     read), trailers handed over at the end, after the last byte, so none is lost to a paused
+//     reader;
+//   - an abort (the client went away) resets the upstream stream with CANCEL; a stream the
+//     upstream resets fails with its code (`rstCode`), which forward.ts passes on to an HTTP/2
+//     client as the same code.
+import {
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  constants,
+  connect as h2connect,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from "node:http2";
+import type { Socket } from "node:net";
+import type { Readable } from "node:stream";
+import type { Dispatcher } from "undici";
+import type { HeaderList } from "./headers.js";
+
+/** Fields HTTP/2 forbids (RFC 9113 §8.2.2), besides `host`, which is `:authority`. */
+const CONNECTION_SPECIFIC = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "http2-settings",
+]);
+
+/** How long an HTTP/2 upstream session may sit without streams before it is closed. */
+const IDLE_MS = 30_000;
+
+export interface H2DispatchOptions {
+  readonly origin: string;
+  readonly path: string;
+  readonly method: string;
+  readonly headers: HeaderList;
+  readonly body: Buffer | Readable | null;
+  readonly headersTimeout: number;
+  readonly bodyTimeout: number;
+}
+
+/** An upstream stream's failure, with the RST_STREAM code the upstream sent, if it sent one. */
+export class UpstreamStreamError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly rstCode?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** The header block of an HTTP/2 request from the pipeline's flat list. */
+export function h2RequestHeaders(o: H2DispatchOptions): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {
+    [constants.HTTP2_HEADER_METHOD]: o.method,
+    [constants.HTTP2_HEADER_PATH]: o.path,
+    [constants.HTTP2_HEADER_SCHEME]: "https",
+  };
+  let authority: string | undefined;
+  const list = o.headers;
+  for (let i = 0; i < list.length; i += 2) {
+    const name = list[i]!;
+    const value = list[i + 1]!;
+    if (name === "host") {
+      authority ??= value;
+      continue;
+    }
+    if (CONNECTION_SPECIFIC.has(name)) continue;
+    if (name === "te" && value.trim().toLowerCase() !== "trailers") continue;
+    const prior = out[name];
+    if (prior === undefined) out[name] = value;
+    else if (Array.isArray(prior)) prior.push(value);
+    else out[name] = [String(prior), value];
+  }
+  out[constants.HTTP2_HEADER_AUTHORITY] = authority ?? new URL(o.origin).host;
+  return out;
+}
+
+/** The response head without pseudo-headers, as undici hands heads to a handler. */
+function responseHeaders(h: IncomingHttpHeaders): IncomingHttpHeaders {
+  const out: IncomingHttpHeaders = {};
+  for (const name in h) if (name.charCodeAt(0) !== 58 /* ":" */) out[name] = h[name];
+  return out;
+}
+
+export class H2Sessions {
+  readonly #sessions = new Map<string, ClientHttp2Session>();
+
+  /** The session of `origin`, if one is open and takes new streams. */
+  get(origin: string): ClientHttp2Session | undefined {
+    const s = this.#sessions.get(origin);
+    if (s === undefined || s.closed || s.destroyed) return undefined;
+    return s;
+  }
+
+  /** Starts a session on a connection that negotiated `h2` (the probe's or a new one). */
+  adopt(origin: string, socket: Socket): ClientHttp2Session {
+    const session = h2connect(origin, {
+      createConnection: () => socket,
+      settings: { enablePush: false },
+    });
+    this.#sessions.set(origin, session);
+    const forget = () => {
+      if (this.#sessions.get(origin) === session) this.#sessions.delete(origin);
+    };
+    session.on("error", forget);
+    session.once("goaway", forget);
+    session.once("close", forget);
+    session.setTimeout(IDLE_MS, () => session.close());
+    return session;
+  }
+
+  /** Sends one request on `session`, reporting to `handler` as undici's dispatch does. */
+  request(session: ClientHttp2Session, o: H2DispatchOptions, handler: Dispatcher.DispatchHandler): void {
+    let stream: ClientHttp2Stream;
+    let settled = false;
+    let trailers: IncomingHttpHeaders = {};
+    const controller = {
+      aborted: false,
+      paused: false,
+      reason: null as Error | null,
+      abort(reason: Error) {
+        if (controller.aborted || settled) return;
+        controller.aborted = true;
+        controller.reason = reason;
+        if (stream !== undefined && !stream.destroyed) stream.close(constants.NGHTTP2_CANCEL);
+        fail(reason);
+      },
+      pause() {
+        controller.paused = true;
+        stream?.pause();
+      },
+      resume() {
+        controller.paused = false;
+        stream?.resume();
+      },
+    };
+    const fail = (err: Error) => {
+      if (settled) return;
+      settled = true;
+      handler.onResponseError?.(controller as unknown as Dispatcher.DispatchController, err);
+    };
+    const c = controller as unknown as Dispatcher.DispatchController;
+    handler.onRequestStart?.(c, {});
+    if (controller.aborted) return;
+    try {
+      stream = session.request(h2RequestHeaders(o), { endStream: o.body === null });
+    } catch (err) {
+      fail(err as Error);
+      return;
+    }
+    let started = false;
+    stream.setTimeout(o.headersTimeout, () => {
+      const code = started ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
+      stream.close(constants.NGHTTP2_CANCEL);
+      fail(new UpstreamStreamError(`the upstream stream was silent too long (${code})`, code));
+    });
+    stream.once("response", (h) => {
+      started = true;
+      stream.setTimeout(o.bodyTimeout);
+      if (settled) return;
+      const status = Number(h[constants.HTTP2_HEADER_STATUS]);
+      handler.onResponseStart?.(c, status, responseHeaders(h), "");
+    });
+    stream.on("data", (chunk: Buffer) => {
+      if (settled) return;
+      handler.onResponseData?.(c, chunk);
+    });
+    stream.once("trailers", (t) => {
+      trailers = responseHeaders(t);
+    });
+    // A reset ends the readable side as END_STREAM does, and node reports its code only after
+    // 'end': the answer's end is decided a turn later, when a reset has made itself known
+    // (its 'error' fails the request first).
+    let ended = false;
+    stream.once("end", () => {
+      ended = true;
+      setImmediate(() => {
+        if (settled) return;
+        const rst = stream.rstCode;
+        if (rst !== undefined && rst !== constants.NGHTTP2_NO_ERROR) {
+          fail(
+            new UpstreamStreamError(
+              `the upstream reset the stream (code ${rst})`,
+              "ERR_HTTP2_STREAM_ERROR",
+              rst,
+            ),
+          );
+          return;
+        }
+        if (!started) {
+          fail(new UpstreamStreamError("the upstream ended the stream without an answer", "UND_ERR_SOCKET"));
+          return;
+        }
+        settled = true;
+        handler.onResponseEnd?.(c, trailers);
+      });
+    });
+    stream.on("error", (err: NodeJS.ErrnoException) => {
+      fail(new UpstreamStreamError(err.message, err.code ?? "ERR_HTTP2_STREAM_ERROR", stream.rstCode));
+    });
+    stream.once("close", () => {
+      // After 'end', the deferred check above decides.
+      if (settled || ended) return;
+      const rst = stream.rstCode;
+      fail(
+        new UpstreamStreamError(`the upstream reset the stream (code ${rst})`, "ERR_HTTP2_STREAM_ERROR", rst),
+      );
+    });
+    if (o.body === null) return;
+    if (Buffer.isBuffer(o.body)) {
+      stream.end(o.body);
+      return;
+    }
+    const body = o.body;
+    body.on("error", () => controller.abort(new Error("the request body failed")));
+    body.pipe(stream);
+  }
+
+  close(): void {
+    for (const s of this.#sessions.values()) s.close();
+    this.#sessions.clear();
+  }
+
+  destroy(): void {
+    for (const s of this.#sessions.values()) s.destroy();
+    this.#sessions.clear();
+  }
+}
