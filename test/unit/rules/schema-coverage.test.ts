@@ -125,6 +125,9 @@ const EVERYTHING = {
         authorization_endpoint: "https://idp.example.com/authorize",
         token_endpoint: "https://idp.example.com/token",
         revocation_endpoint: "https://idp.example.com/revoke",
+        token_info_endpoint: "https://idp.example.com/tokeninfo",
+        userinfo_endpoint: "https://idp.example.com/userinfo",
+        id_token_issuer: "https://accounts.example.com",
         client_id: "app",
         client_secret: "env:APP_SECRET",
         client_auth: "client_secret_post",
@@ -135,6 +138,15 @@ const EVERYTHING = {
         token_headers: { "x-client": "kb" },
         max_response_bytes: "2MiB",
         token_timeout: "12s",
+      },
+    },
+    installed: {
+      hosts: ["installed.example.com"],
+      oauth: {
+        token_endpoint: "https://idp.example.com/token",
+        authorization_endpoint: "https://idp.example.com/authorize",
+        client_id: "installed-app",
+        public_client_secret: "published-installed-app-secret",
       },
     },
     notes: {
