@@ -1,4 +1,4 @@
-// What an agent gets from a rule set for one client (SPEC §10): the providers it has a
+// What an agent gets from a rule set for one client (docs/spec.md §10): the providers it has a
 // placeholder for, those placeholders, and the names of the variables that hold real secrets.
 // The running broker answers it from its admin API; `env` and `run` build the same from the
 // rule file when no broker runs, so the set is the same either way.

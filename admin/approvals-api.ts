@@ -1,4 +1,4 @@
-// The admin API's approvals (SPEC §16), used by `keybroker approvals|approve|deny` and the admin
+// The admin API's approvals (docs/spec.md §16), used by `keybroker approvals|approve|deny` and the admin
 // page; callers.ts has already let an owner or admin through:
 //   GET  approvals                 → { approvals: [...] }
 //   POST approvals/<id>/approve    { for?: "10m" } → { approval }

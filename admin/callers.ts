@@ -1,4 +1,4 @@
-// Who calls the admin API (SPEC §16): the caller's bearer token decides. The home's admin token
+// Who calls the admin API (docs/spec.md §16): the caller's bearer token decides. The home's admin token
 // is the owner (the CLI); a client's own token gives that client's role. Owners may do
 // everything; admins answer approvals, read the status and reset marks; user and guest tokens
 // are refused with 403, unknown ones with 407.
@@ -45,7 +45,7 @@ export function answeredBy(broker: AdminHost, by: string): string {
   return `${by} on ${hostname()} (${broker.address.url})`;
 }
 
-/** What a client with the role admin may do besides approvals (SPEC §16: the page, resets). */
+/** What a client with the role admin may do besides approvals (docs/spec.md §16: the page, resets). */
 const ADMIN_ROLE_ROUTES = new Set(["status", "reset"]);
 
 /** The caller of an admin request, refused (407 / 403) when its role does not allow `route`. */

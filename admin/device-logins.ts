@@ -1,4 +1,4 @@
-// Device-flow OAuth logins started from the admin page (SPEC §16 actions): the page shows where
+// Device-flow OAuth logins started from the admin page (docs/spec.md §16 actions): the page shows where
 // to go and the code; the broker waits for the approval in the background and stores the login
 // in the token store, which the running broker follows.
 import { deviceLogin } from "../secrets/oauth/device-login.js";

@@ -1,4 +1,4 @@
-// The admin page at /admin/ on the broker's listener (SPEC §16): login (one-time link, password,
+// The admin page at /admin/ on the broker's listener (docs/spec.md §16): login (one-time link, password,
 // admin token), sessions, and the views and actions of admin/views.ts. Server-rendered HTML that
 // the page's script (admin/static/admin.js) fetches with the session's page secret in a header:
 // the cookie alone gets only an empty frame (decision 104), since every local process can make

@@ -1,4 +1,4 @@
-// Admin page sessions (SPEC §16): two random values, one in an HttpOnly, SameSite=Strict cookie
+// Admin page sessions (docs/spec.md §16): two random values, one in an HttpOnly, SameSite=Strict cookie
 // and one kept by the page's script in the origin's own storage and sent as a header (decision
 // 104: cookies ignore ports, so the cookie alone must find nothing). An idle timeout of 12 h
 // slides on use (the values stay: no rotation, no expiry loop in the browser), a CSRF token per

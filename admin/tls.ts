@@ -1,4 +1,4 @@
-// Off loopback the admin page is served over TLS on the listener's own port (SPEC §16): a
+// Off loopback the admin page is served over TLS on the listener's own port (docs/spec.md §16): a
 // connection whose first byte is a TLS handshake record (0x16) is answered with a leaf for the
 // address it reached, from the local CA; any other first byte is the proxy protocol (CONNECT,
 // plain HTTP) and goes to the listener's HTTP server untouched.

@@ -203,7 +203,7 @@ ${
 </article>`;
 }
 
-/** SPEC §17: where marks, logins and sessions are shared, and `degraded since …` while Redis is away. */
+/** docs/spec.md §17: where marks, logins and sessions are shared, and `degraded since …` while Redis is away. */
 function sharedStateFact(s: StateHealth | undefined): Html {
   if (s === undefined || s.store === "home") {
     return html`<div class="fact wide" id="shared-state"><span class="k">Shared state</span><span class="v">home <span class="reason">(the brokers of this machine)</span></span></div>`;

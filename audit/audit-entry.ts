@@ -1,9 +1,9 @@
-// What one audit line holds (SPEC §12): the decisions, which of them also go to the security
+// What one audit line holds (docs/spec.md §12): the decisions, which of them also go to the security
 // chain, an entry as the broker records it, a line as read back, a `gap` and the log's health.
 // The log that writes them is audit-log.ts.
 
 /**
- * Decisions that matter after the fact: also written to the security chain (SPEC §12), which
+ * Decisions that matter after the fact: also written to the security chain (docs/spec.md §12), which
  * ordinary traffic cannot rotate away.
  */
 export const SECURITY_DECISIONS = [
@@ -60,7 +60,7 @@ export interface AuditEntry {
   /** Request body bytes sent upstream. */
   readonly bytesOut?: number;
   readonly durationMs?: number;
-  /** An error code (SPEC §11) or quota reason (`insufficient_quota`, …). */
+  /** An error code (docs/spec.md §11) or quota reason (`insufficient_quota`, …). */
   readonly code?: string;
   /** Free text: why the decision was taken. */
   readonly reason?: string;

@@ -1,4 +1,4 @@
-// The audit log (SPEC §12): one JSON line per decision in `$KEYBROKER_HOME/audit/audit.jsonl`,
+// The audit log (docs/spec.md §12): one JSON line per decision in `$KEYBROKER_HOME/audit/audit.jsonl`,
 // hash-chained, rotated at a size cap with the chain carried across files.
 //
 // `record()` only queues: the request path never waits on the disk. A background writer
@@ -6,7 +6,7 @@
 // appends the batch with one write. `close()` (or `flush()`) waits until everything queued is on
 // disk.
 //
-// A write is never lost in silence (SPEC §12): a short write is continued; a failed one (disk
+// A write is never lost in silence (docs/spec.md §12): a short write is continued; a failed one (disk
 // full, …) is reported once through `onError`, its events are counted, and the first write that
 // succeeds again starts with a `gap` line (how many events, first and last time) inside the
 // chain, then reports through `onResume`. A torn last line found when the file is first opened
@@ -65,7 +65,7 @@ export interface AuditLogOptions {
   readonly write?: (fh: FileHandle, buf: Buffer, offset: number, length: number) => Promise<number>;
 }
 
-/** The two hash chains: every decision, and the security-relevant ones kept apart (SPEC §12). */
+/** The two hash chains: every decision, and the security-relevant ones kept apart (docs/spec.md §12). */
 export type AuditChain = "audit" | "security";
 
 export const DEFAULT_MAX_BYTES = 10 * 1024 * 1024;

@@ -1,4 +1,4 @@
-// The broker's two audit chains (SPEC §12): `audit.jsonl` gets every decision; the events that
+// The broker's two audit chains (docs/spec.md §12): `audit.jsonl` gets every decision; the events that
 // matter after the fact also go to `security.jsonl`, chained and rotated on its own, so that
 // ordinary traffic cannot rotate them away.
 import {

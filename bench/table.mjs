@@ -2,7 +2,7 @@
 // keybroker figure by figure, plus the variants table when more than one variant ran.
 //
 // Comparison column: for rates (req/s, MiB/s) and costs the ratio keybroker/direct; for
-// latencies the milliseconds keybroker adds. The last column holds SPEC §14's bar where it is an
+// latencies the milliseconds keybroker adds. The last column holds docs/spec.md §14's bar where it is an
 // absolute one; bars relative to squid need the peer harness (docs/performance.md).
 
 import { readFileSync } from "node:fs";
@@ -317,13 +317,11 @@ export function report(r) {
       `SSE clock: ${m.clock}; wall time ${num(m.wall_s)} s`,
     `other processes' CPU before the start: ${num(m.background_cores)} cores (the "other processes" rows show it during throughput)`,
     "",
-    markdown(["figure", "direct", "keybroker", "keybroker vs direct", "SPEC §14 bar"], comparisonRows(r), [
-      "l",
-      "r",
-      "r",
-      "r",
-      "l",
-    ]),
+    markdown(
+      ["figure", "direct", "keybroker", "keybroker vs direct", "docs/spec.md §14 bar"],
+      comparisonRows(r),
+      ["l", "r", "r", "r", "l"],
+    ),
   ];
   const v = r.validity;
   if (v) {

@@ -52,7 +52,7 @@ export const VARIANTS = [
   },
 
   // OAuth custody on the request path: the key injected as a stored login's access token
-  // (no store read, lock or refresh per request while the token is fresh, SPEC §8).
+  // (no store read, lock or refresh per request while the token is fresh, docs/spec.md §8).
   {
     name: "oauth",
     oauth: true,
@@ -102,7 +102,7 @@ export const VARIANTS = [
     env: { KEYBROKER_V8_FLAGS: V8_FLAGS.filter((f) => f !== "--liftoff-only").join(" ") },
     note: "without --liftoff-only",
   },
-  // Fleet mode (SPEC §17): marks and logins on Redis, the request path still in memory.
+  // Fleet mode (docs/spec.md §17): marks and logins on Redis, the request path still in memory.
   // bench/run.mjs starts a redis-server for it and writes its URL into `top`.
   {
     name: "fleet-redis",

@@ -99,7 +99,7 @@ export async function buildAgentVariables(
 }
 
 /**
- * SPEC §19: where a client has both an API key and a subscription login for one host, which
+ * docs/spec.md §19: where a client has both an API key and a subscription login for one host, which
  * one the agent gets (decision 166). `use` names the provider to export; the other's variables
  * are left out. Without it, both are exported as before and a note says which an agent that
  * reads the key's variable ends up billed on, once the subscription has a login.

@@ -1,5 +1,5 @@
 // The token store a command writes logins to (and the MCP store their bindings to): the home's,
-// or the fleet's Redis when the rule file says `state: redis://…` (SPEC §17), so `auth add` on
+// or the fleet's Redis when the rule file says `state: redis://…` (docs/spec.md §17), so `auth add` on
 // any machine serves every broker.
 import { homeKey } from "../core/home.js";
 import type { Rules } from "../rules/types.js";

@@ -1,4 +1,4 @@
-// One error type with stable codes (SPEC §11), and the single mapping to an HTTP response.
+// One error type with stable codes (docs/spec.md §11), and the single mapping to an HTTP response.
 
 export const ERROR_STATUS = {
   bad_request: 400,
@@ -77,7 +77,7 @@ export interface ErrorResponse {
   body: string;
 }
 
-/** The one place an error becomes the JSON response of SPEC §11. */
+/** The one place an error becomes the JSON response of docs/spec.md §11. */
 export function errorResponse(err: BrokerError): ErrorResponse {
   const error: Record<string, string> = { type: err.code, message: err.message };
   if (err.provider !== undefined) error.provider = err.provider;

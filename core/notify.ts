@@ -1,4 +1,4 @@
-// `notify: "cmd:<argv>"` (SPEC §16): a command run once per event that needs a person (an
+// `notify: "cmd:<argv>"` (docs/spec.md §16): a command run once per event that needs a person (an
 // approval pending, a login that needs `auth add` again), with the event as one JSON object on
 // stdin. Users point it at a chat: a webhook call, a messaging CLI.
 //

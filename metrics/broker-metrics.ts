@@ -1,4 +1,4 @@
-// The broker's metrics (SPEC §18): what happened, counted where it is known. Requests are
+// The broker's metrics (docs/spec.md §18): what happened, counted where it is known. Requests are
 // counted once, when their outcome is recorded (next to the audit line); pool events, OAuth
 // refreshes and approvals by whoever takes them. Nothing here is Prometheus yet: the cells are
 // turned into series only when /metrics is scraped (metrics/registry.ts), so a broker nobody
@@ -6,14 +6,14 @@
 import type { LaunchInfo } from "../core/launch-info.js";
 import { Buckets, LabelledCounts, STATUS_CLASSES, statusClassIndex, type TrafficCell } from "./counts.js";
 
-/** Upper bounds of the broker overhead histogram, ms (the bar is 0.3 ms, SPEC §14). */
+/** Upper bounds of the broker overhead histogram, ms (the bar is 0.3 ms, docs/spec.md §14). */
 export const OVERHEAD_BOUNDS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000];
 /** Upper bounds of the upstream time histogram, ms (model calls take seconds to minutes). */
 export const UPSTREAM_BOUNDS_MS = [
   5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000, 300_000,
 ];
 
-/** Refusals that are a credential sent where it does not belong (SPEC §3.1, §3.2). */
+/** Refusals that are a credential sent where it does not belong (docs/spec.md §3.1, §3.2). */
 const EXFILTRATION_CODES = new Set(["placeholder_host_mismatch", "host_mismatch"]);
 
 export type RefreshResult = "ok" | "failed" | "rejected";
@@ -91,7 +91,7 @@ export class BrokerMetrics {
     this.#count(this.#cell(client, ""), decision, status);
   }
 
-  /** A pool event (SPEC §7): a credential marked, a retry on another one, a fallback. */
+  /** A pool event (docs/spec.md §7): a credential marked, a retry on another one, a fallback. */
   poolEvent(
     decision: "marked" | "retried" | "fallback",
     provider: string,
@@ -113,7 +113,7 @@ export class BrokerMetrics {
     this.reauthRequired.add([provider]);
   }
 
-  /** A request is held for approval (SPEC §16); approvalAnswered is called once for each. */
+  /** A request is held for approval (docs/spec.md §16); approvalAnswered is called once for each. */
   approvalHeld(): void {
     this.approvalsPending++;
   }

@@ -1,4 +1,4 @@
-// GET /metrics on the broker's listener (SPEC §18), in the Prometheus text format. Served to a
+// GET /metrics on the broker's listener (docs/spec.md §18), in the Prometheus text format. Served to a
 // program on this machine (a loopback peer that passes the listener's local-caller check), and
 // to anyone else only with an owner or admin token as a bearer token: the home's admin token,
 // or the token of a client whose role is owner or admin.

@@ -1,6 +1,6 @@
 // The Prometheus side of the broker's metrics: a prom-client registry of the broker's own (not
 // the global default), built on the first scrape, whose series read the counting cells of
-// metrics/broker-metrics.ts when they are collected. The series are exactly SPEC §18's; their
+// metrics/broker-metrics.ts when they are collected. The series are exactly docs/spec.md §18's; their
 // labels are ids (provider, client, credential id, decision), never values.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import {
@@ -185,7 +185,7 @@ export function createRegistry(metrics: BrokerMetrics, credentials: CredentialSo
   countsCounter(
     registry,
     "keybroker_marks_total",
-    "Credentials marked after a quota or rejection answer (SPEC §7)",
+    "Credentials marked after a quota or rejection answer (docs/spec.md §7)",
     metrics.marks,
   );
   countsCounter(

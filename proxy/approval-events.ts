@@ -1,4 +1,4 @@
-// Each step of an approval (SPEC §16): a log line (the held one says how to answer), a
+// Each step of an approval (docs/spec.md §16): a log line (the held one says how to answer), a
 // notification for a held request, the metrics, and an audit line.
 import type { AuditEntry } from "../audit/audit-log.js";
 import { approveCommand } from "../core/hints.js";

@@ -1,4 +1,4 @@
-// SPEC §3.10: the requests one broker holds for approval are bounded in number and in bytes of
+// docs/spec.md §3.10: the requests one broker holds for approval are bounded in number and in bytes of
 // body (`approvals.max_pending`, `approvals.max_bytes`; decision 108). The bound is this
 // process's: the bodies are in its memory whichever store lists the requests (in a fleet the
 // Redis store lists every broker's, but each body stays with the broker that holds it).

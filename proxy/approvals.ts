@@ -1,6 +1,6 @@
-// Requests held by `approve` rules until a person answers (SPEC §16): the registry of pending
+// Requests held by `approve` rules until a person answers (docs/spec.md §16): the registry of pending
 // approvals, what the admin API, the CLI and the admin page read and answer. Its state sits
-// behind ApprovalStore (state/approvals/: memory, or a fleet's Redis, SPEC §17): any broker may answer a
+// behind ApprovalStore (state/approvals/: memory, or a fleet's Redis, docs/spec.md §17): any broker may answer a
 // request another broker holds; the holder learns the answer from the store.
 import { createHash, randomBytes } from "node:crypto";
 import type { PolicyRule } from "../rules/types.js";

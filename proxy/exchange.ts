@@ -81,7 +81,7 @@ export interface Exchange {
   /** Where the provider's own placeholder was seen (for the outside-injection-point warning). */
   placeholderSeenAt: string[];
   /**
-   * A phantom access token the request carries (SPEC §19): swapped for its login's current
+   * A phantom access token the request carries (docs/spec.md §19): swapped for its login's current
    * token in place of the client's placeholder; no other login of the pool is used.
    */
   phantom?: { readonly token: string; readonly login: string };

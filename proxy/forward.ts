@@ -32,7 +32,7 @@ const TIMEOUT_CODES = new Set([
   "ETIMEDOUT",
 ]);
 
-/** Turns an upstream failure into the broker error the client gets (SPEC §11). */
+/** Turns an upstream failure into the broker error the client gets (docs/spec.md §11). */
 export function upstreamError(err: unknown, x: Exchange): BrokerError {
   const provider = x.provider?.rule.id;
   const where = `${x.host}:${x.port}`;

@@ -1,4 +1,4 @@
-// The broker's OAuth wiring (SPEC §8, §15): each provider's OAuth client on the broker's agent,
+// The broker's OAuth wiring (docs/spec.md §8, §15): each provider's OAuth client on the broker's agent,
 // an MCP login's client from its binding, and the refresher of every login, which audits,
 // counts and notifies what it does. The `Broker` holds one and asks it; nothing here runs per
 // proxied request.
@@ -35,7 +35,7 @@ export interface OAuthWiringParts {
 export class OAuthWiring {
   readonly #p: OAuthWiringParts;
   readonly #clients = new WeakMap<ProviderRule, OAuthClient>();
-  /** Refreshes every login before it expires, under the store's lock (SPEC §8). */
+  /** Refreshes every login before it expires, under the store's lock (docs/spec.md §8). */
   readonly refresher: Refresher;
 
   constructor(p: OAuthWiringParts) {

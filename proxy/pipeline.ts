@@ -1,6 +1,6 @@
 // Every step a request takes, in order, in one place. Each step is a small function of the
 // exchange in proxy/stages/; a stage that refuses the request throws a BrokerError, which
-// becomes the JSON answer of SPEC §11 (and is recorded).
+// becomes the JSON answer of docs/spec.md §11 (and is recorded).
 //
 //   before the list, in proxy/listener/: the client is authenticated (once per CONNECT, or per
 //   plain-HTTP and reverse-mode request: listener/client-auth.ts) and the target worked out:
@@ -173,7 +173,7 @@ export class Pipeline {
     } catch (err) {
       // The client hung up on a held request: its withdrawal is audited, nobody is left to answer.
       if (err instanceof Withdrawn) return;
-      // An OAuth endpoint's request keybroker answered itself (SPEC §19).
+      // An OAuth endpoint's request keybroker answered itself (docs/spec.md §19).
       if (err instanceof AnsweredHere) {
         this.#p.recorder.record(x);
         return;

@@ -1,5 +1,5 @@
 // The response on its way to the client. For a request that carried a real credential, every
-// echo of it in the headers and the body is replaced by the client's placeholder (SPEC §3.3):
+// echo of it in the headers and the body is replaced by the client's placeholder (docs/spec.md §3.3):
 //   - a small body with a known length is scrubbed whole and sent with its new length (one write);
 //   - anything else streams through the scrubber, which holds back at most one pattern's length;
 //     a larger body of known length keeps it (replacements fitted to the replaced length), one

@@ -27,7 +27,7 @@ export interface AuthTarget {
   secret: Secret | undefined;
 }
 
-/** A provider that authenticates with a service account (SPEC §9): upstream-auth.ts makes them. */
+/** A provider that authenticates with a service account (docs/spec.md §9): upstream-auth.ts makes them. */
 export interface UpstreamAuth {
   /** Sets the request's credentials. Called after every other change to the request. */
   authorize(x: AuthTarget): Promise<void>;
@@ -93,9 +93,9 @@ export class Runtime {
   readonly upstreamAuth = new Map<string, UpstreamAuth>();
   /** The OAuth logins of every provider, kept by the broker across reloads. */
   logins: OAuthLogins | undefined;
-  /** Refreshes OAuth logins (SPEC §8), set up by the broker with its agent. */
+  /** Refreshes OAuth logins (docs/spec.md §8), set up by the broker with its agent. */
   refresher: Refresher | undefined;
-  /** Recognises the phantom tokens agents hold for logins (SPEC §19). */
+  /** Recognises the phantom tokens agents hold for logins (docs/spec.md §19). */
   readonly phantoms: Phantoms;
   /** Token and revocation endpoints of OAuth-login providers, by `host:port` then path (decision 161). */
   readonly #oauthEndpoints = new Map<string, Map<string, OAuthEndpoint>>();

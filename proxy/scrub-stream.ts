@@ -1,4 +1,4 @@
-// Response scrubbing (SPEC §3.3): an upstream that echoes the real credential back (an error
+// Response scrubbing (docs/spec.md §3.3): an upstream that echoes the real credential back (an error
 // body quoting the key, a debug endpoint listing request headers, a redirect carrying `?key=`)
 // must never show it to the agent. Every form of the secret is replaced in the streamed body and
 // in the response headers, streaming-safe: a match split across chunks is caught, while a chunk

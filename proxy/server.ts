@@ -93,20 +93,20 @@ export class Broker implements AdminHost {
   readonly usage = new Usage();
   /** `run --isolate` launches, each with its own client identity (decision 114). */
   readonly launches = new Launches();
-  /** What /metrics reports (SPEC §18), counted as things happen. */
+  /** What /metrics reports (docs/spec.md §18), counted as things happen. */
   readonly metrics = new BrokerMetrics();
   readonly #metricsEndpoint: MetricsEndpoint;
   readonly pools: PoolState;
   readonly #audit: AuditTrail | undefined;
-  /** Requests held by `approve` rules until a person answers them (SPEC §16). */
+  /** Requests held by `approve` rules until a person answers them (docs/spec.md §16). */
   readonly approvals: Approvals;
-  /** OAuth logins from the token store, followed as they change (SPEC §8). */
+  /** OAuth logins from the token store, followed as they change (docs/spec.md §8). */
   readonly logins: OAuthLogins;
   /** OAuth clients and the refresher of logins (proxy/oauth-wiring.ts). */
   readonly #oauth: OAuthWiring;
-  /** `notify: "cmd:…"`: told of events that need a person (SPEC §16). */
+  /** `notify: "cmd:…"`: told of events that need a person (docs/spec.md §16). */
   readonly notifier: Notifier;
-  /** Where marks and logins are shared: the home, or a fleet's Redis (SPEC §17). */
+  /** Where marks and logins are shared: the home, or a fleet's Redis (docs/spec.md §17). */
   readonly sharedState: SharedState;
   #address: BrokerAddress | undefined;
   #reloadRejected: { at: Date; message: string } | undefined;

@@ -1,5 +1,5 @@
 // Providers that authenticate with a service account rather than a key: the request is
-// authorized right before it leaves, after every other header change (SPEC §9).
+// authorized right before it leaves, after every other header change (docs/spec.md §9).
 import type { Dispatcher } from "undici";
 import { BrokerError } from "../core/errors.js";
 import { unhandledKind } from "../rules/kinds/index.js";

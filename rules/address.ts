@@ -1,5 +1,5 @@
 // `host:port` addresses as the rule file writes them (listen, resolve), and the loopback test
-// that decides whether a listener needs client tokens (SPEC §3.5).
+// that decides whether a listener needs client tokens (docs/spec.md §3.5).
 import { isIPv4, isIPv6 } from "node:net";
 import { HostPatternError, normalizeHost } from "./host-pattern.js";
 

@@ -1,4 +1,4 @@
-// The subscription logins agents use (SPEC §6, §19), as OAuth providers of the embedded
+// The subscription logins agents use (docs/spec.md §6, §19), as OAuth providers of the embedded
 // catalogue: each with the endpoints, public client id, scopes and redirect URI that the agent
 // itself uses (decision 160 cites where each value was read), and the hosts its tokens go to.
 // Their token endpoints are named (no discovery) so keybroker knows, when the rules load, which

@@ -1,4 +1,4 @@
-// The embedded default catalogue (SPEC §6): the common providers, written exactly as a rule file
+// The embedded default catalogue (docs/spec.md §6): the common providers, written exactly as a rule file
 // would write them. A rule file's provider of the same id is merged over its entry; the others
 // serve as they are unless the file says `catalogue: false`. Data only: defaults (format,
 // credentials = [placeholder variable], pool) are filled by the same compiler as a rule file's.

@@ -121,7 +121,7 @@ function compileState(
   upstreamCa: readonly string[],
 ): RedisStateConfig {
   const url = typeof state === "string" ? state : state.url;
-  // A rediss:// server is verified as an upstream is: system roots plus upstream_ca (SPEC §3.7).
+  // A rediss:// server is verified as an upstream is: system roots plus upstream_ca (docs/spec.md §3.7).
   const ca = new URL(url).protocol === "rediss:" && upstreamCa.length > 0 ? { ca: upstreamCa } : {};
   if (typeof state === "string") return { kind: "redis", url, prefix: DEFAULT_STATE_PREFIX, ...ca };
   return {
@@ -135,9 +135,9 @@ function compileState(
   };
 }
 
-/** SPEC §16: a held request is refused (403 approval_timeout) after this long by default. */
+/** docs/spec.md §16: a held request is refused (403 approval_timeout) after this long by default. */
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 120_000;
-/** SPEC §3.10: held requests per broker, and bytes of their bodies, by default (decision 108). */
+/** docs/spec.md §3.10: held requests per broker, and bytes of their bodies, by default (decision 108). */
 export const DEFAULT_APPROVAL_MAX_PENDING = 64;
 export const DEFAULT_APPROVAL_MAX_BYTES = 64 * 1024 * 1024;
 
@@ -228,7 +228,7 @@ function compileProvider(
   fromCatalogue: boolean,
   ctx: Context,
 ): ProviderRule {
-  // An MCP server (SPEC §15): its host bound, its origin mounted, OAuth with a code and PKCE.
+  // An MCP server (docs/spec.md §15): its host bound, its origin mounted, OAuth with a code and PKCE.
   const shape = effectiveProvider(id, given, catalogueEntry);
   const { kind, env } = shape;
   // An MCP server's credentials are its logins, whatever a catalogue entry under it wrote.
@@ -237,7 +237,7 @@ function compileProvider(
     input.placeholder?.prefix ?? catalogueEntry?.placeholder?.prefix ?? DEFAULT_PLACEHOLDER_PREFIX;
   const value = input.placeholder?.value;
   // Only a key pool's key is in its placeholder variable: an OAuth provider's credentials are
-  // its logins (SPEC §8), a service account's are its parts. Without `credentials`, the key is
+  // its logins (docs/spec.md §8), a service account's are its parts. Without `credentials`, the key is
   // read from the first placeholder variable that has a value (decision 122): the others are
   // its aliases, tried in order. (An id ending in -oauth without `oauth:` is refused earlier.)
   const keyed = kindOf({ kind }).keyFromPlaceholder;

@@ -158,7 +158,7 @@ function checkProviders(providers: readonly Merged[], problems: PathProblem[]): 
   for (const provider of ordered) {
     const { id, input } = provider;
     const at = (...rest: PropertyKey[]): PropertyKey[] => ["providers", id, ...rest];
-    // An MCP server (SPEC §15) binds its URL's host and serves its origin at the mount.
+    // An MCP server (docs/spec.md §15) binds its URL's host and serves its origin at the mount.
     const shape = effectiveProvider(id, input, provider.catalogueEntry);
     const { hosts, upstream } = shape;
     const mount = input.mount;
@@ -373,7 +373,7 @@ function checkListen(parts: Parts, problems: PathProblem[]): void {
   const address = hostPortKey(host, port);
   const needToken = (name: string): PathProblem => ({
     path: ["listen"],
-    message: `binding ${address} requires client tokens (SPEC §3.5) — add clients.${name}.token`,
+    message: `binding ${address} requires client tokens (docs/spec.md §3.5) — add clients.${name}.token`,
   });
   if (parts.clientNames.length === 0) {
     problems.push(needToken("<name>"));

@@ -7,7 +7,7 @@ import type { ProviderInput } from "./schema/index.js";
 
 export interface EffectiveProvider {
   readonly kind: ProviderKindName;
-  /** What `mcp:` binds (SPEC §15): its URL's host and origin; unset without a valid URL. */
+  /** What `mcp:` binds (docs/spec.md §15): its URL's host and origin; unset without a valid URL. */
   readonly mcp?: { readonly host: string; readonly upstream: string };
   /** The hosts as written, or the MCP server's; unset when the entry lists none. */
   readonly hosts?: readonly string[];

@@ -46,7 +46,7 @@ export function derivedEnvName(id: string): string {
   return `${id.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_API_KEY`;
 }
 
-/** A provider whose id ends in `-oauth` authenticates only with stored OAuth tokens (SPEC §5). */
+/** A provider whose id ends in `-oauth` authenticates only with stored OAuth tokens (docs/spec.md §5). */
 export function isOAuthOnly(id: string): boolean {
   return id.endsWith("-oauth");
 }
@@ -58,7 +58,7 @@ export function effectiveMount(id: string, mount: unknown, upstream: unknown): s
 }
 
 /**
- * What `mcp: <url>` binds (SPEC §15): the URL's host (with its port when not 443) and its
+ * What `mcp: <url>` binds (docs/spec.md §15): the URL's host (with its port when not 443) and its
  * origin, which the mount stands for. Undefined for a value that is not an https URL (the
  * schema reports it).
  */

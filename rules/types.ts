@@ -71,7 +71,7 @@ export type PolicyRule = Partial<
   readonly launches?: readonly string[];
 };
 
-/** SPEC §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
+/** docs/spec.md §16: owner (everything), admin (approvals, resets), user (its providers), guest (safe methods). */
 export type Role = NonNullable<ClientInput["role"]>;
 
 /**
@@ -102,7 +102,7 @@ export type OAuthGrant = NonNullable<OAuthInput["grant"]>;
 export type OAuthAsWritten = Partial<AsWritten<OAuthInput, (typeof OAUTH_AS_WRITTEN)[number]>>;
 
 /**
- * SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. Besides the
+ * docs/spec.md §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. Besides the
  * keys as written: `grant`, the one `auth add` uses (or, for client_credentials, the broker
  * itself), chosen from the endpoints when not written; `scopes` and the extra parameters, empty
  * when not written; `tokenHeaders`, set on every request to the authorization server (names
@@ -124,7 +124,7 @@ export type OAuthSpec = OAuthAsWritten &
     readonly maxResponseBytes: number;
   } & InMs<OAuthInput, "token_timeout">;
 
-/** SPEC §15: a remote MCP server keybroker logs in to and injects the access token for. */
+/** docs/spec.md §15: a remote MCP server keybroker logs in to and injects the access token for. */
 export interface McpSpec {
   /** The server's URL as written (`https://mcp.example.com/mcp`): the OAuth `resource`. */
   readonly url: string;
@@ -178,37 +178,37 @@ export interface ProviderRuleBase {
   readonly fromCatalogue: boolean;
 }
 
-/** A pool of keys from credential references (SPEC §5). */
+/** A pool of keys from credential references (docs/spec.md §5). */
 export interface KeyPoolRule extends ProviderRuleBase {
   readonly kind: "key_pool";
 }
 
-/** Logins a person makes with `auth add` (device code or PKCE, SPEC §8). */
+/** Logins a person makes with `auth add` (device code or PKCE, docs/spec.md §8). */
 export interface OAuthLoginRule extends ProviderRuleBase {
   readonly kind: "oauth_login";
   readonly oauth: OAuthSpec;
 }
 
-/** A token the broker fetches itself from client_id and client_secret (SPEC §8). */
+/** A token the broker fetches itself from client_id and client_secret (docs/spec.md §8). */
 export interface ClientCredentialsRule extends ProviderRuleBase {
   readonly kind: "client_credentials";
   readonly oauth: OAuthSpec;
 }
 
-/** A remote MCP server (SPEC §15): the `pkce` grant, with what the rule file's `oauth:` overrides. */
+/** A remote MCP server (docs/spec.md §15): the `pkce` grant, with what the rule file's `oauth:` overrides. */
 export interface McpRule extends ProviderRuleBase {
   readonly kind: "mcp";
   readonly oauth: OAuthSpec;
   readonly mcp: McpSpec;
 }
 
-/** A Google service account: a token minted from the key authorizes each request last (SPEC §9). */
+/** A Google service account: a token minted from the key authorizes each request last (docs/spec.md §9). */
 export interface GoogleServiceAccountRule extends ProviderRuleBase {
   readonly kind: "google_service_account";
   readonly auth: GoogleServiceAccountAuth;
 }
 
-/** AWS Signature V4: each request is signed last (SPEC §9). */
+/** AWS Signature V4: each request is signed last (docs/spec.md §9). */
 export interface AwsSigV4Rule extends ProviderRuleBase {
   readonly kind: "aws_sigv4";
   readonly auth: AwsSigV4Auth;
@@ -309,9 +309,9 @@ export interface Rules {
   readonly limits: Partial<AsWritten<NonNullable<RuleFile["limits"]>>>;
   /** `log.access`: one log line per request (also KEYBROKER_ACCESS_LOG=1). */
   readonly accessLog: boolean;
-  /** `notify: "cmd:…"` as an argv; unset when the rule file has none (SPEC §16). */
+  /** `notify: "cmd:…"` as an argv; unset when the rule file has none (docs/spec.md §16). */
   readonly notify?: readonly string[];
-  /** `state:` (SPEC §17): the fleet's shared store; undefined = the home (one broker). */
+  /** `state:` (docs/spec.md §17): the fleet's shared store; undefined = the home (one broker). */
   readonly state?: RedisStateConfig;
 }
 
@@ -323,7 +323,7 @@ export type RedisStateConfig = { readonly kind: "redis" } & AsWritten<RedisState
   };
 
 /**
- * How long each stage of a connection may take, in milliseconds (SPEC §3.8): one field per key
+ * How long each stage of a connection may take, in milliseconds (docs/spec.md §3.8): one field per key
  * of `timeouts:` (what each is: rules/schema/file.ts), `tunnel_idle` → `tunnelIdleMs`.
  */
 export type Timeouts = InMs<NonNullable<RuleFile["timeouts"]>>;

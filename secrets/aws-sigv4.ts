@@ -1,4 +1,4 @@
-// AWS Signature Version 4 (SPEC §9), with a maintained signer (@smithy/signature-v4): the
+// AWS Signature Version 4 (docs/spec.md §9), with a maintained signer (@smithy/signature-v4): the
 // request is signed after every other header change, over the final headers and the payload's
 // hash. The client's own (dummy) signature headers are dropped first.
 import { Hash } from "@smithy/hash-node";

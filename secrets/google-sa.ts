@@ -1,4 +1,4 @@
-// Google service accounts (SPEC §9): an RS256 JWT signed with native crypto from the key file,
+// Google service accounts (docs/spec.md §9): an RS256 JWT signed with native crypto from the key file,
 // exchanged at the key's token_uri for an access token, which is cached until shortly before
 // it expires. One exchange in flight at a time; token-endpoint answers are capped and timed out.
 import { createPrivateKey, createSign, type KeyObject } from "node:crypto";

@@ -5,7 +5,7 @@
 // (state/marks/home.ts: atomic, 0600, merged under a lock with what other processes on the home
 // wrote).
 //
-// A mark must survive a crash (SPEC §7): `markUsageLimit` / `markInvalid` start a durable write
+// A mark must survive a crash (docs/spec.md §7): `markUsageLimit` / `markInvalid` start a durable write
 // (temporary file, fsync, rename, fsync of the folder) at once, and `durable()` resolves when it
 // is done; the pool's caller awaits it before retrying on another credential or answering. A
 // request that marks nothing touches no disk: counters ride along, or are written later.

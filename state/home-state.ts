@@ -1,4 +1,4 @@
-// The home as the shared state (SPEC §17's default): the brokers and commands of one machine
+// The home as the shared state (docs/spec.md §17's default): the brokers and commands of one machine
 // share marks (`state/pools.json`), logins and MCP bindings (`tokens/`) through the home folder.
 // Sessions and held requests stay in each broker's memory: they end with the process anyway.
 import { MemoryApprovalStore } from "./approvals/memory.js";

@@ -1,4 +1,4 @@
-// The state brokers may share (SPEC §17), one store per kind, each an interface beside its
+// The state brokers may share (docs/spec.md §17), one store per kind, each an interface beside its
 // implementations (marks/, tokens/, mcp/, sessions/, approvals/). `SharedState` is the set a
 // broker uses, chosen once from the rule file's `state:`: the home (home-state.ts: one broker,
 // or several on one machine) or a fleet's Redis (redis/state.ts). The request path never calls
@@ -35,7 +35,7 @@ export interface SharedState extends MarkStore {
   readonly mcp: McpStore;
   /** Admin page sessions. */
   readonly sessions: SessionStore;
-  /** Held requests and `--for` grants (SPEC §16). */
+  /** Held requests and `--for` grants (docs/spec.md §16). */
   readonly approvals: ApprovalStore;
   /** The logins the broker holds, to publish again to a store that lost them. */
   attachLogins(held: () => readonly StoredLogin[]): void;

@@ -1,5 +1,5 @@
 // `keybroker admin [--open]`: a one-time login link to the running broker's admin page;
-// `keybroker admin password`: sets the page's password (SPEC §16).
+// `keybroker admin password`: sets the page's password (docs/spec.md §16).
 import { passwordPath, setPassword } from "../../admin/password.js";
 import { UserError } from "../../core/errors.js";
 import { adminRequest } from "../admin-client.js";

@@ -1,4 +1,4 @@
-// `keybroker approvals [--json]`, `approve <id> [--for DURATION]`, `deny <id>` (SPEC §16): the
+// `keybroker approvals [--json]`, `approve <id> [--for DURATION]`, `deny <id>` (docs/spec.md §16): the
 // requests `approve` rules hold in the running broker, and the answers to them.
 import { UserError } from "../../core/errors.js";
 import { parseDuration } from "../../rules/units.js";

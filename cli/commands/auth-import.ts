@@ -1,5 +1,5 @@
 // `keybroker auth import <agent> [--file F]` and `keybroker auth phantom <provider> --for
-// <agent>` (SPEC §19): an agent's existing sign-in taken into the token store, its file
+// <agent>` (docs/spec.md §19): an agent's existing sign-in taken into the token store, its file
 // rewritten in place with phantoms (atomic, same mode); a login file (or the variable) holding
 // phantoms only, for an agent that starts signed in without seeing a real token.
 

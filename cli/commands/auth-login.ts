@@ -1,4 +1,4 @@
-// `keybroker auth add|remove|list` for OAuth providers (SPEC §8): makes a login with the
+// `keybroker auth add|remove|list` for OAuth providers (docs/spec.md §8): makes a login with the
 // device grant or a code with PKCE, stores it only once complete, and deletes (revoking) one.
 import { spawn } from "node:child_process";
 import type { Agent } from "undici";
@@ -135,7 +135,7 @@ export async function addLogin(
     };
     let tokens: Tokens;
     if (rule.kind === "mcp") {
-      // SPEC §15: discovered at the server; the binding is stored before the login it belongs to.
+      // docs/spec.md §15: discovered at the server; the binding is stored before the login it belongs to.
       const made = await mcpLogin(rule, {
         ...pkce,
         id: label,

@@ -165,7 +165,7 @@ ${COMMON_HELP}`,
  */
 function defaultPlaceholderNote(rule: ProviderRule): string | undefined {
   if (rule.fromCatalogue || Object.hasOwn(CATALOGUE, rule.id) || rule.hosts.length === 0) return;
-  // An OAuth provider's agent usually holds its own login (SPEC §19), not a key variable.
+  // An OAuth provider's agent usually holds its own login (docs/spec.md §19), not a key variable.
   if (!kindOf(rule).keyFromPlaceholder) return;
   const derived = derivedEnvName(rule.id);
   if (rule.placeholder.env.length !== 1 || rule.placeholder.env[0] !== derived) return;

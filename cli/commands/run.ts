@@ -229,7 +229,7 @@ function runProcess(): { pid: number; start: string } | Record<string, never> {
   return start === undefined ? {} : { pid: process.pid, start };
 }
 
-/** The one line `run` says when the command is not isolated (SPEC §20, decision 116). */
+/** The one line `run` says when the command is not isolated (docs/spec.md §20, decision 116). */
 const NOT_ISOLATED =
   "keybroker run: not isolated: the command runs as your user and can read the broker's home (admin token, token store), .env files and your processes' environments; --isolate prevents that (Linux), --no-isolate or run: { isolate: false } in the rule file silences this line";
 

@@ -90,7 +90,7 @@ ${COMMON_HELP}`,
     );
     for (const p of broker.runtime.providers.values()) {
       if (kindOf(p.rule).poolOfLogins) {
-        // Active with no credential at all: its logins live in the token store (SPEC §8).
+        // Active with no credential at all: its logins live in the token store (docs/spec.md §8).
         const logins = broker.logins.members(p.rule.id).length;
         if (logins > 0 || !kindOf(p.rule).personLogins)
           ctx.log.info({ provider: p.rule.id, logins }, "provider active (OAuth)");

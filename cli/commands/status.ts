@@ -22,7 +22,7 @@ import {
 import { notOnPort } from "../port-probe.js";
 import { readRules } from "../read-rules.js";
 
-/** `status` when no broker of the home runs (SPEC §10). */
+/** `status` when no broker of the home runs (docs/spec.md §10). */
 export const EXIT_NOT_RUNNING = 3;
 
 export const status: Command = {

@@ -1,4 +1,4 @@
-// What `run --isolate` hides from the agent (SPEC §20, decision 115): the broker's home, the rule
+// What `run --isolate` hides from the agent (docs/spec.md §20, decision 115): the broker's home, the rule
 // file, and every file a secret source reads (secrets/secret-files.ts), those of the rules read
 // here and those the running broker named for its own (decision 136). Everything else stays as
 // the user sees it.

@@ -57,7 +57,7 @@ export function parseAllowConnect(values: readonly string[]): AllowedConnect[] {
   });
 }
 
-/** `--isolate` where namespaces are not there (macOS, Windows): SPEC §20 says so and exits 1. */
+/** `--isolate` where namespaces are not there (macOS, Windows): docs/spec.md §20 says so and exits 1. */
 export function assertIsolationAvailable(platform: NodeJS.Platform = process.platform): void {
   if (platform !== "linux") {
     throw new UserError(

@@ -1,4 +1,4 @@
-// Who is asking: the client named by the Proxy-Authorization header (SPEC §5). A CONNECT is
+// Who is asking: the client named by the Proxy-Authorization header (docs/spec.md §5). A CONNECT is
 // authenticated once for every request inside its tunnel; a plain-HTTP or reverse-mode request
 // is authenticated on its own.
 import { BrokerError } from "../../core/errors.js";

@@ -1,6 +1,6 @@
 // Answers for what node's HTTP server would otherwise answer itself with a bare status line
 // (a parse error, a late or oversized header block, an unknown Expect, CONNECT inside a tunnel):
-// every answer the broker gives has SPEC §11's JSON body and `x-keybroker-error` header. Each of
+// every answer the broker gives has docs/spec.md §11's JSON body and `x-keybroker-error` header. Each of
 // them closes the connection, and a client that never reads or closes cannot keep it open.
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
@@ -126,7 +126,7 @@ export function answerClientErrors(
   }
 }
 
-/** Answers `err` as SPEC §11's JSON; a response already under way is cut off instead. */
+/** Answers `err` as docs/spec.md §11's JSON; a response already under way is cut off instead. */
 export function sendError(res: ExchangeResponse, err: BrokerError): void {
   if (res.headersSent) {
     res.destroy();

@@ -1,4 +1,4 @@
-// SPEC §3.8: at most `limits.connections` client connections are open, and at the cap the
+// docs/spec.md §3.8: at most `limits.connections` client connections are open, and at the cap the
 // idlest connection is closed to admit a new one (decisions 109, 138). Refusing the new
 // connection instead (node's `maxConnections`, decision 55's era) let a flood of idle CONNECTs
 // lock out every client that opens a tunnel per request.

@@ -1,4 +1,4 @@
-// How long each stage of a client connection may take and how many may be open (SPEC §3.8),
+// How long each stage of a client connection may take and how many may be open (docs/spec.md §3.8),
 // applied to the listener and to the internal server that reads intercepted connections.
 // The TLS handshake's own timeout is in engine.ts, where the handshake happens.
 import { readFileSync } from "node:fs";
@@ -56,7 +56,7 @@ export function serverOptions(rules: Rules) {
     // A request's body and its response may stream for as long as the upstream keeps talking.
     requestTimeout: 0,
     connectionsCheckingInterval: checkingIntervalMs(rules.timeouts.headersMs),
-    // A request without Host gets the broker's own 400 (SPEC §11), not node's bare one.
+    // A request without Host gets the broker's own 400 (docs/spec.md §11), not node's bare one.
     requireHostHeader: false,
   };
 }

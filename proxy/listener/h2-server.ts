@@ -1,6 +1,6 @@
 // The HTTP/2 server behind the intercept (and reverse mode's h2c): it never listens; connections
 // that negotiated `h2` are handed to it, and each stream goes to the pipeline as an exchange
-// (h2-exchange.ts). Its limits are HTTP/1.1's in HTTP/2's terms (SPEC §3.8, decision 157):
+// (h2-exchange.ts). Its limits are HTTP/1.1's in HTTP/2's terms (docs/spec.md §3.8, decision 157):
 //   - streams open at once per connection (`MAX_STREAMS`), the header list's size and count
 //     (an HPACK bomb decodes into a refused stream, not memory), the session's memory;
 //   - a connection with no open stream is closed after the keep-alive timeout, as an idle

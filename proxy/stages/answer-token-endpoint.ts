@@ -1,4 +1,4 @@
-// SPEC §19 at an OAuth provider's own token and revocation endpoints (decision 161), where an
+// docs/spec.md §19 at an OAuth provider's own token and revocation endpoints (decision 161), where an
 // agent signs in and refreshes by itself:
 //
 //   - a refresh with a phantom refresh token is answered here, never forwarded: new phantoms of
@@ -192,7 +192,7 @@ async function send(
   endpoint: OAuthEndpoint,
   path = x.path,
 ): Promise<Upstream> {
-  // No phantom ever reaches the authorization server (SPEC §19): one left here is refused.
+  // No phantom ever reaches the authorization server (docs/spec.md §19): one left here is refused.
   const texts = [body.toString("utf8"), decodeURIComponentSafe(path), ...x.headers];
   if (texts.some((t) => Phantoms.mayHold(t) && x.rt.phantoms.find(t).length > 0)) {
     answer(x, 400, {

@@ -1,4 +1,4 @@
-// SPEC §3.9, decisions 101-102: toward a provider with policy rules, the request path is put in
+// docs/spec.md §3.9, decisions 101-102: toward a provider with policy rules, the request path is put in
 // its one canonical form before anything looks at it, and that form (with the query as sent) is
 // what policy and approvals match and what goes upstream. A path with no such form is refused
 // with 400. Toward providers without policy rules the path goes out as the client sent it.

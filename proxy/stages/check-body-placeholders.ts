@@ -1,4 +1,4 @@
-// SPEC §3.2 under `intercept: all`: a placeholder can also leave in a request body (a form, a
+// docs/spec.md §3.2 under `intercept: all`: a placeholder can also leave in a request body (a form, a
 // JSON field, base64, gzip-encoded, chunked) bound for a host without a provider. Such bodies
 // are searched, streaming, in every form the response scrubber knows, after undoing their
 // content-encoding: a body read ahead is refused before anything is sent; a streamed one is cut
@@ -71,7 +71,7 @@ export function checkBodyPlaceholders(x: Exchange): void {
     }
     const { pair } = search.patterns.firstMatch(decoded, true);
     if (pair !== -1) throw leak(x, search.owners[pair]!);
-    // A phantom token (SPEC §19) is found by its shape and signature, in a body read whole; a
+    // A phantom token (docs/spec.md §19) is found by its shape and signature, in a body read whole; a
     // streamed body is searched for placeholders only (decision 167).
     const text = decoded.toString("latin1");
     if (Phantoms.mayHold(text)) {

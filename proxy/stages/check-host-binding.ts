@@ -1,4 +1,4 @@
-// SPEC §3.1: the CONNECT target, the TLS SNI and the Host header must name the same host.
+// docs/spec.md §3.1: the CONNECT target, the TLS SNI and the Host header must name the same host.
 import { BrokerError } from "../../core/errors.js";
 import { normalizeHost } from "../../rules/host-pattern.js";
 import type { Exchange } from "../exchange.js";

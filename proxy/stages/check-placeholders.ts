@@ -1,4 +1,4 @@
-// SPEC §3.2: a placeholder bound for any host other than its provider's is never swapped; the
+// docs/spec.md §3.2: a placeholder bound for any host other than its provider's is never swapped; the
 // request is refused before a byte leaves. Placeholders of another client are refused too.
 import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";

@@ -1,6 +1,6 @@
-// SPEC §16: a `guest` client uses its providers with safe methods only (GET, HEAD, OPTIONS);
+// docs/spec.md §16: a `guest` client uses its providers with safe methods only (GET, HEAD, OPTIONS);
 // anything else is refused with 403 policy_denied before a credential is chosen. A protocol
-// upgrade (WebSocket) is a GET that opens a channel both ways, so it is not safe (SPEC §3.10):
+// upgrade (WebSocket) is a GET that opens a channel both ways, so it is not safe (docs/spec.md §3.10):
 // a guest's request that asks for one is refused as well.
 import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";

@@ -1,5 +1,5 @@
 // Reverse mode: a pool with no usable credential left moves the request to the provider's
-// configured fallbacks, in order (SPEC §7), before the request is sent (fallBackBeforeSending)
+// configured fallbacks, in order (docs/spec.md §7), before the request is sent (fallBackBeforeSending)
 // or after its last credential was marked (the fallBack response stage).
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";

@@ -1,7 +1,7 @@
-// SPEC §19 "Use": a phantom access token an agent holds for one of keybroker's logins stands
+// docs/spec.md §19 "Use": a phantom access token an agent holds for one of keybroker's logins stands
 // for that login's current token, only toward its provider's hosts. Found by computation (the
 // phantom carries its login and keybroker's signature, secrets/oauth/phantoms.ts): nothing is
-// read per request. Toward any other host it is blocked as a placeholder is (SPEC §3.2).
+// read per request. Toward any other host it is blocked as a placeholder is (docs/spec.md §3.2).
 import { BrokerError } from "../../core/errors.js";
 import { Phantoms } from "../../secrets/oauth/phantoms.js";
 import type { Exchange } from "../exchange.js";

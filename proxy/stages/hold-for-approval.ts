@@ -1,4 +1,4 @@
-// SPEC §16: a request an `approve` rule matched (applyPolicy set `x.approval`) waits here, before
+// docs/spec.md §16: a request an `approve` rule matched (applyPolicy set `x.approval`) waits here, before
 // a credential is chosen or anything is sent upstream, until a person approves or denies it, the
 // rule's timeout passes, or the client hangs up. Its body is read first (up to the retry cap; a
 // bigger one is refused with 413 at once) so the person sees a scrubbed preview of it and the

@@ -1,4 +1,4 @@
-// SPEC §16: `limits: { rpm: N }` caps a client's requests per minute; beyond it, 429
+// docs/spec.md §16: `limits: { rpm: N }` caps a client's requests per minute; beyond it, 429
 // client_rate_limited with `retry-after`. A sliding window in memory: the times of the client's
 // last N requests in a ring, so a request costs one array read and write and no timer; clients
 // without a cap skip it at the first test. Counts kept across reloads while the cap is unchanged.

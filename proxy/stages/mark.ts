@@ -1,4 +1,4 @@
-// Response stage: a quota or rejection answer marks only the credential that got it (SPEC §7).
+// Response stage: a quota or rejection answer marks only the credential that got it (docs/spec.md §7).
 // The mark is on disk before the request is retried and before the answer goes out.
 import type { Logger } from "../../core/log.js";
 import { kindOf } from "../../rules/kinds/index.js";
@@ -53,7 +53,7 @@ export function bookkeep(x: Exchange, held: HeldResponse, log: Logger, onEvent: 
 export function createMark(log: Logger, onEvent: OnPoolEvent): ResponseStage {
   return async function mark(x) {
     const marked = bookkeep(x, x.result!.held!, log, onEvent);
-    // SPEC §7: the mark is on disk before the retry starts and before the answer goes out.
+    // docs/spec.md §7: the mark is on disk before the retry starts and before the answer goes out.
     if (marked) await x.pools.durable();
     if (!marked || x.body === undefined || !hasAlternatives(x)) return ANSWER;
     return NEXT;

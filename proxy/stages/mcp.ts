@@ -1,4 +1,4 @@
-// An MCP server behind keybroker (SPEC §15). keybroker is its OAuth client, so the agent's MCP
+// An MCP server behind keybroker (docs/spec.md §15). keybroker is its OAuth client, so the agent's MCP
 // client sends no token (or any placeholder) and never sees the server's authorization:
 //   - every request to the server gets the access token, through the mount or through the
 //     proxy to the real URL alike: whatever Authorization the client sent is replaced;
@@ -41,7 +41,7 @@ export function planMcp(x: Exchange): void {
 }
 
 /**
- * Response-head stage: an MCP server's challenge never reaches the agent (SPEC §15), even in an
+ * Response-head stage: an MCP server's challenge never reaches the agent (docs/spec.md §15), even in an
  * answer too large to hold: the agent's MCP client must not start a login of its own.
  */
 export function stripMcpChallenge(x: Exchange, headers: IncomingHttpHeaders): void {

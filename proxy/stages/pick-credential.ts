@@ -121,7 +121,7 @@ function untriedMembers(x: Exchange): Member[] | Promise<Member[]> {
 function loginMembers(x: Exchange): Member[] | Promise<Member[]> {
   const rule = x.provider!.rule;
   const all = x.rt.logins?.members(rule.id) ?? [];
-  // A phantom stands for its own login only (SPEC §19).
+  // A phantom stands for its own login only (docs/spec.md §19).
   const entries = x.phantom === undefined ? all : all.filter((e) => e.login.id === x.phantom!.login);
   const now = Date.now();
   // No person logs in: the broker's own client-credentials token is the one member.
@@ -283,7 +283,7 @@ function choose(x: Exchange, members: Member[]): void {
   applyCredential(x, chosen.secret);
 }
 
-/** Authorizes service-account requests, after every other change to the request (SPEC §9). */
+/** Authorizes service-account requests, after every other change to the request (docs/spec.md §9). */
 export function signRequest(x: Exchange): void | Promise<void> {
   if (x.injection === undefined || x.provider === undefined || !kindOf(x.provider.rule).signed) return;
   return authorize(x, x.provider.rule.id, x.injection);

@@ -1,5 +1,5 @@
 // The last stage: what came of a request, counted and written down once it is known — /metrics
-// (SPEC §18), the access log, the admin page's usage, and one audit line (who, which credential
+// (docs/spec.md §18), the access log, the admin page's usage, and one audit line (who, which credential
 // by id and fingerprint only, what came of it). Pool events (marks, retries, fallbacks) and
 // refusals are recorded here too.
 

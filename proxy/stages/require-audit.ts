@@ -1,4 +1,4 @@
-// `audit: { require: true }` (SPEC §12): while the audit log cannot be written, no credential is
+// `audit: { require: true }` (docs/spec.md §12): while the audit log cannot be written, no credential is
 // injected; the request is refused with 503 audit_unavailable. Costs one boolean read a request.
 import { BrokerError } from "../../core/errors.js";
 import type { Exchange } from "../exchange.js";

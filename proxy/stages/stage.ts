@@ -1,5 +1,5 @@
 // What a stage is. A request stage is a small function of the exchange; one that refuses the
-// request throws a BrokerError, which becomes the JSON answer of SPEC §11. A response stage looks
+// request throws a BrokerError, which becomes the JSON answer of docs/spec.md §11. A response stage looks
 // at an answer keybroker held back (an error answer: forward.ts holds those a pool may act on)
 // and says what comes next: the next stage, sending the request again, or answering the client.
 import type { IncomingHttpHeaders } from "node:http";

@@ -1,4 +1,4 @@
-// AWS Signature V4 (SPEC §9): the broker signs each request, body hash included, with the
+// AWS Signature V4 (docs/spec.md §9): the broker signs each request, body hash included, with the
 // access key, after every other change to the request.
 import type { ProviderRule } from "../types.js";
 import type { ProviderKind } from "./kind.js";

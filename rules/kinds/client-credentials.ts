@@ -1,4 +1,4 @@
-// OAuth client credentials (SPEC §8): no person logs in; the broker fetches the token from the
+// OAuth client credentials (docs/spec.md §8): no person logs in; the broker fetches the token from the
 // client's id and secret and keeps it as the provider's one login.
 import { derivedTokenEnvName } from "../provider-defaults.js";
 import type { ProviderKind } from "./kind.js";

@@ -1,4 +1,4 @@
-// A Google service account (SPEC §9): the broker mints an access token from the key and sends
+// A Google service account (docs/spec.md §9): the broker mints an access token from the key and sends
 // it as a bearer, after every other change to the request.
 import type { ProviderRule } from "../types.js";
 import type { ProviderKind } from "./kind.js";

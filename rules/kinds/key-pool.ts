@@ -1,4 +1,4 @@
-// A pool of API keys (SPEC §7): credential references the agent's placeholder stands for,
+// A pool of API keys (docs/spec.md §7): credential references the agent's placeholder stands for,
 // picked per request, marked on quota answers.
 import { derivedEnvName } from "../provider-defaults.js";
 import type { ProviderKind } from "./kind.js";

@@ -18,16 +18,16 @@ export type ProviderKindName =
 export interface ProviderKind {
   readonly name: ProviderKindName;
   /**
-   * The pool's members are OAuth logins kept in the token store (SPEC §8), not the rule's
+   * The pool's members are OAuth logins kept in the token store (docs/spec.md §8), not the rule's
    * credential references: its ids are login ids, an upstream 401 refreshes the login's token.
    */
   readonly poolOfLogins: boolean;
   /** `keybroker auth add` logs a person in for it (device code or PKCE). */
   readonly personLogins: boolean;
-  /** Each login is bound to the client made for it at the server (SPEC §15); the binding goes with it. */
+  /** Each login is bound to the client made for it at the server (docs/spec.md §15); the binding goes with it. */
   readonly boundLogins: boolean;
   /**
-   * A signer authorizes its requests last (SPEC §9), not a pool member's value: no member is
+   * A signer authorizes its requests last (docs/spec.md §9), not a pool member's value: no member is
    * picked, the body is kept for a replay, a refused token is minted again once.
    */
   readonly signed: boolean;
@@ -37,7 +37,7 @@ export interface ProviderKind {
    */
   readonly keyFromPlaceholder: boolean;
   /**
-   * It answers for its host as a whole (SPEC §15): every request there gets its token,
+   * It answers for its host as a whole (docs/spec.md §15): every request there gets its token,
    * placeholder or not, so no other provider shares the host; its challenge never reaches the
    * agent, and a refused login is keybroker's own `reauth_required`.
    */

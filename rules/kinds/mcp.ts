@@ -1,4 +1,4 @@
-// A remote MCP server (SPEC §15): keybroker discovers its authorization server, logs in with a
+// A remote MCP server (docs/spec.md §15): keybroker discovers its authorization server, logs in with a
 // code and PKCE as a client registered (or configured) for it, and owns its challenges.
 import { derivedTokenEnvName } from "../provider-defaults.js";
 import type { ProviderKind } from "./kind.js";

@@ -1,4 +1,4 @@
-// OAuth logins (SPEC §8): a person logs in with `keybroker auth add` (device code or PKCE); the
+// OAuth logins (docs/spec.md §8): a person logs in with `keybroker auth add` (device code or PKCE); the
 // logins in the token store are the pool, refreshed by the broker.
 import { derivedTokenEnvName } from "../provider-defaults.js";
 import type { ProviderKind } from "./kind.js";

@@ -1,4 +1,4 @@
-// What the two signing kinds share (SPEC §9): the broker authorizes each request itself, last,
+// What the two signing kinds share (docs/spec.md §9): the broker authorizes each request itself, last,
 // from credential parts named in `auth:`; no login, no placeholder variable of their own, active
 // once every part resolves. They differ only in their name and those parts.
 import { derivedEnvName } from "../provider-defaults.js";

@@ -1,4 +1,4 @@
-// `clients.<name>` (SPEC §16): a client's token, its providers, its role, its rate.
+// `clients.<name>` (docs/spec.md §16): a client's token, its providers, its role, its rate.
 import * as z from "zod";
 import { expect, strict } from "./messages.js";
 import { providerId, role } from "./names.js";

@@ -1,4 +1,4 @@
-// The whole rule file (SPEC §4), section by section, and the types of a parsed file.
+// The whole rule file (docs/spec.md §4), section by section, and the types of a parsed file.
 import * as z from "zod";
 import { parseHostPort } from "../address.js";
 import { clientSchema } from "./clients.js";
@@ -9,7 +9,7 @@ import { sourcesSchema } from "./sources.js";
 import { stateSchema } from "./state.js";
 import { byteSize, filePath, listenSchema, nonEmpty, notifySchema, positiveDuration } from "./values.js";
 
-/** How long each stage of a client connection, and the upstream, may take (SPEC §3.8). */
+/** How long each stage of a client connection, and the upstream, may take (docs/spec.md §3.8). */
 export const timeoutsSchema = strict({
   /** From the CONNECT's 200 to the end of the client's TLS handshake. */
   handshake: positiveDuration.optional(),
@@ -52,7 +52,7 @@ export const resolveTarget = parsedString('"address:port"', (value) => {
  * as it is), so they accept null.
  */
 export const ruleFileSchema = strict({
-  // Required (SPEC §4): a file an editor truncated, or one written for another format, is
+  // Required (docs/spec.md §4): a file an editor truncated, or one written for another format, is
   // refused rather than read as "no providers".
   version: z.literal(1, {
     error: (issue) =>
@@ -78,7 +78,7 @@ export const ruleFileSchema = strict({
   run: strict({
     isolate: z.boolean(expect("true or false")).optional(),
   }).nullish(),
-  /** Requests held by `approve` rules (SPEC §16). */
+  /** Requests held by `approve` rules (docs/spec.md §16). */
   approvals: strict({
     /** How long a held request waits for an answer; a rule's own timeout wins. Default 120s. */
     timeout: positiveDuration.optional(),
@@ -108,7 +108,7 @@ export const ruleFileSchema = strict({
     /** Scrub echoes of the credential from responses (default true; off only for benchmarks). */
     responses: z.boolean(expect("true or false")).optional(),
   }).nullish(),
-  /** How long each stage of a client connection, and the upstream, may take (SPEC §3.8). */
+  /** How long each stage of a client connection, and the upstream, may take (docs/spec.md §3.8). */
   timeouts: timeoutsSchema.nullish(),
   limits: strict({
     /** Open client connections; beyond it new ones are refused (default: from the fd limit). */

@@ -1,4 +1,4 @@
-// The rule file (SPEC §4) as zod schemas, one file per section: the validator and, through
+// The rule file (docs/spec.md §4) as zod schemas, one file per section: the validator and, through
 // z.infer, the type of a parsed file. Every object is strict. The schema checks what one value
 // can tell on its own; what needs the whole file (names that must exist, duplicates, the
 // catalogue) is checked in cross-check.ts, and defaults are filled in compile.ts.

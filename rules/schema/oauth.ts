@@ -1,4 +1,4 @@
-// `providers.<id>.oauth` (SPEC §8) and `providers.<id>.mcp` (SPEC §15): how keybroker logs in,
+// `providers.<id>.oauth` (docs/spec.md §8) and `providers.<id>.mcp` (docs/spec.md §15): how keybroker logs in,
 // and what each grant needs beside the others.
 import * as z from "zod";
 import { checkUrl, httpsOrLoopbackHttp, noCredentials, noFragment, scheme } from "../url.js";
@@ -52,7 +52,7 @@ export const redirectUriSchema = parsedString("a redirect URI", (value) => {
   ]);
 });
 
-/** SPEC §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
+/** docs/spec.md §8: how keybroker obtains, refreshes and revokes a provider's OAuth tokens. */
 export const oauthSchema = strict({
   grant: z.enum(["device", "pkce", "client_credentials"]).optional(),
   issuer: endpointUrl.optional(),
@@ -60,13 +60,13 @@ export const oauthSchema = strict({
   authorization_endpoint: endpointUrl.optional(),
   token_endpoint: endpointUrl.optional(),
   revocation_endpoint: endpointUrl.optional(),
-  /** Where the agent checks its token (Google's tokeninfo): a phantom in its body is swapped there (SPEC §19). */
+  /** Where the agent checks its token (Google's tokeninfo): a phantom in its body is swapped there (docs/spec.md §19). */
   token_info_endpoint: endpointUrl.optional(),
   /** Where the agent reads who signed in with its token (Google's userinfo): swapped there too. */
   userinfo_endpoint: endpointUrl.optional(),
-  /** Required, except for an MCP server (SPEC §15), whose client may be registered at login. */
+  /** Required, except for an MCP server (docs/spec.md §15), whose client may be registered at login. */
   client_id: nonEmpty().optional(),
-  /** SPEC §15: the client ID metadata document keybroker presents to an MCP server's AS. */
+  /** docs/spec.md §15: the client ID metadata document keybroker presents to an MCP server's AS. */
   client_metadata_url: endpointUrl.optional(),
   client_secret: credentialRefSchema.optional(),
   /**
@@ -152,7 +152,7 @@ export function checkOAuth(oauth: OAuthInput, ctx: RefineContext): void {
   }
 }
 
-/** SPEC §15: an MCP server is reached at its URL; keybroker binds its host and logs in for it. */
+/** docs/spec.md §15: an MCP server is reached at its URL; keybroker binds its host and logs in for it. */
 export const mcpUrlSchema = parsedString("an MCP server URL", (value) => {
   checkUrl(value, 'write the server\'s URL, such as "https://mcp.example.com/mcp"', [
     // Plain http only on loopback (a local server, the conformance suite's): served at the mount.

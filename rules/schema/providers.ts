@@ -1,4 +1,4 @@
-// `providers.<id>` (SPEC §4-§9): hosts, injection, pool, headers, placeholder, policy,
+// `providers.<id>` (docs/spec.md §4-§9): hosts, injection, pool, headers, placeholder, policy,
 // reverse mode, service accounts; `oauth:` and `mcp:` are in oauth.ts.
 import * as z from "zod";
 import { expect, listOf, matching, oneOrMany, strict } from "./messages.js";
@@ -148,7 +148,7 @@ export const providerSchema = strict({
   upstream: upstreamSchema.optional(),
   auth: authSchema.optional(),
   oauth: oauthSchema.optional(),
-  /** SPEC §15: the URL of a remote MCP server (Streamable HTTP) keybroker logs in to. */
+  /** docs/spec.md §15: the URL of a remote MCP server (Streamable HTTP) keybroker logs in to. */
   mcp: mcpUrlSchema.optional(),
   allow_private_upstream: z.boolean(expect("true or false")).optional(),
   /** How long the upstream may be silent (before its response headers, between body chunks). */

@@ -1,4 +1,4 @@
-// `sources:` (SPEC §6): the lookup order, the .env file, Infisical, `cmd:` references.
+// `sources:` (docs/spec.md §6): the lookup order, the .env file, Infisical, `cmd:` references.
 import * as z from "zod";
 import { listOf, matching, strict } from "./messages.js";
 import {

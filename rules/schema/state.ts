@@ -1,4 +1,4 @@
-// `state:` (SPEC §17): where the shared state of a fleet lives.
+// `state:` (docs/spec.md §17): where the shared state of a fleet lives.
 import * as z from "zod";
 import { checkUrl, noPassword, noQueryOrFragment, pathMatching, scheme, someHost } from "../url.js";
 import { expect, matching, parsedString, strict } from "./messages.js";
@@ -18,7 +18,7 @@ export const redisUrl = parsedString("a redis:// or rediss:// URL", (value) => {
   ]);
 });
 
-/** SPEC §17: where the shared state of a fleet lives (default: the home, one broker). */
+/** docs/spec.md §17: where the shared state of a fleet lives (default: the home, one broker). */
 export const stateSchema = z.union(
   [
     redisUrl,

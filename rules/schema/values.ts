@@ -111,7 +111,7 @@ export const upstreamSchema = parsedString("an https origin", (value) => {
   ]);
 });
 
-/** `notify: "cmd:<argv>"`: a command run with one JSON event on stdin (SPEC §16). */
+/** `notify: "cmd:<argv>"`: a command run with one JSON event on stdin (docs/spec.md §16). */
 export const notifySchema = parsedString('a command reference "cmd:<argv>"', (value) => {
   if (!value.startsWith("cmd:")) {
     throw new Error('must start with "cmd:", e.g. "cmd:/usr/local/bin/notify-chat --channel ops"');

@@ -1,4 +1,4 @@
-// The login files agents keep (SPEC §19 "Import" and "Login"): where each agent keeps its
+// The login files agents keep (docs/spec.md §19 "Import" and "Login"): where each agent keeps its
 // sign-in, which catalogue provider it belongs to, how to find the token sets in it, and the
 // file an agent starts signed in from. Read from the agents' public source (decision 165).
 import { homedir } from "node:os";

@@ -1,6 +1,6 @@
 // The fetch every OAuth request goes through: keybroker's own upstream agent (so `resolve`,
 // `upstream_ca`, verification and the private-address rule apply), one time limit for the
-// whole exchange, and a cap on the answer's size (SPEC §8). An answer over the cap or late
+// whole exchange, and a cap on the answer's size (docs/spec.md §8). An answer over the cap or late
 // is an error naming the endpoint; nothing of it is returned.
 import { type Dispatcher, fetch as undiciFetch } from "undici";
 

@@ -1,4 +1,4 @@
-// Taking an agent's own sign-in into custody (SPEC §19): the token endpoint's answer becomes a
+// Taking an agent's own sign-in into custody (docs/spec.md §19): the token endpoint's answer becomes a
 // login of the provider (state/tokens, as `auth add` makes one), and the agent gets the same
 // answer with every token that can authenticate replaced by its phantom.
 import { createHash } from "node:crypto";

@@ -1,4 +1,4 @@
-// How `auth add` finds an MCP server's authorization server (SPEC §15, the MCP authorization
+// How `auth add` finds an MCP server's authorization server (docs/spec.md §15, the MCP authorization
 // spec): the protected resource metadata (RFC 9728) named by the `resource_metadata` of the
 // server's challenge to an unauthenticated request, else at the path-aware well-known URL, then
 // the root one; then the authorization server's metadata (RFC 8414 path-aware, then OpenID
@@ -229,7 +229,7 @@ export async function discoverMcp(
 }
 
 /**
- * The scopes to ask for (SPEC §15): those configured, else the challenge's, else those the
+ * The scopes to ask for (docs/spec.md §15): those configured, else the challenge's, else those the
  * resource metadata lists; `offline_access` added only when the authorization server lists it.
  */
 export function scopesFor(configured: readonly string[], d: McpDiscovery): string[] {

@@ -1,4 +1,4 @@
-// `keybroker auth add <id>` for an MCP server (SPEC §15): discover its authorization server,
+// `keybroker auth add <id>` for an MCP server (docs/spec.md §15): discover its authorization server,
 // settle which client keybroker is there, then the code grant with PKCE and the loopback
 // callback, with `resource=<server URL>` (RFC 8707) in the authorization and token requests.
 // What the login was made with is kept as its binding, so the broker refreshes it (with the

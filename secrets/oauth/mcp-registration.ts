@@ -1,4 +1,4 @@
-// Which client keybroker is at an MCP server's authorization server (SPEC §15), in this order:
+// Which client keybroker is at an MCP server's authorization server (docs/spec.md §15), in this order:
 // the `oauth.client_id` of the rule file; the client ID metadata document the user hosts
 // (`oauth.client_metadata_url`) when the server supports them; a client registered dynamically
 // (RFC 7591, `application_type: native`, a public client), kept per issuer and reused; else an

@@ -1,4 +1,4 @@
-// The protocol messages of SPEC §8, made with oauth4webapi: discovery (RFC 8414), device
+// The protocol messages of docs/spec.md §8, made with oauth4webapi: discovery (RFC 8414), device
 // authorization (RFC 8628), authorization code with PKCE (RFC 7636) and RFC 9207 `iss`,
 // refresh (RFC 6749), client credentials, revocation (RFC 7009). Every request goes through
 // the capped fetch (keybroker's upstream agent, size cap, time limit).

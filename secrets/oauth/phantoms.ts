@@ -1,4 +1,4 @@
-// Phantom tokens (SPEC §19): what an agent holds in place of each token of a login keybroker
+// Phantom tokens (docs/spec.md §19): what an agent holds in place of each token of a login keybroker
 // keeps. A phantom names its login and what it stands for, and is signed with a key derived
 // from the home's key, so it is recognised by computation alone: no table, no disk read, no
 // lock per request, the same in every broker of a home or a fleet (decision 162).

@@ -1,4 +1,4 @@
-// The authorization code grant with PKCE (RFC 7636, S256) as `auth add` runs it (SPEC §8):
+// The authorization code grant with PKCE (RFC 7636, S256) as `auth add` runs it (docs/spec.md §8):
 // a loopback listener on the redirect URI's own port (a port in use is an error naming --port),
 // the URL always printed (the browser opened unless --no-browser), and the login complete the
 // moment a callback with the right state (and iss, RFC 9207) arrives: no wait can end it after
@@ -136,7 +136,7 @@ async function loopback(
       (err: Error) => {
         // Only the server's own answer (right state and iss, RFC 9207) with an error ends the
         // login. A wrong or missing iss is not the server we sent the user to: any local process
-        // could send it, and it must not cancel the login (SPEC §8). Say so, keep waiting.
+        // could send it, and it must not cancel the login (docs/spec.md §8). Say so, keep waiting.
         if (!(err instanceof oauth.AuthorizationResponseError)) {
           opts.print(`A callback was refused (${err.message}); still waiting for the login to come back.`);
           notOurs(res);

@@ -1,4 +1,4 @@
-// Refresh custody (SPEC §8): the broker is the only party that refreshes a login. Ahead of
+// Refresh custody (docs/spec.md §8): the broker is the only party that refreshes a login. Ahead of
 // expiry on a timer (off the request path), and on demand when a token has expired or the
 // upstream refused it. Single-flight in the process; under the store's lock across processes;
 // after taking the lock the store is read again and a token another process refreshed is
@@ -7,7 +7,7 @@
 // before the new access token is used. A permanent failure marks the login reauth_required
 // (its tokens kept); a transient one keeps a still-valid token. A `client_credentials`
 // provider has no login: its token is fetched from client_id and client_secret when first
-// needed, again ahead of expiry and after a 401, and held in memory only (SPEC §8).
+// needed, again ahead of expiry and after a 401, and held in memory only (docs/spec.md §8).
 
 import { kindOf } from "../../rules/kinds/index.js";
 import type { ProviderRule } from "../../rules/types.js";

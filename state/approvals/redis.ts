@@ -1,4 +1,4 @@
-// Pending approvals in a fleet's Redis (SPEC §16, §17): the ApprovalStore of fleet mode, so any
+// Pending approvals in a fleet's Redis (docs/spec.md §16, §17): the ApprovalStore of fleet mode, so any
 // broker's CLI or admin page answers a request another broker holds.
 //
 // - A held request is a key `<prefix>approval:<id>` (its JSON: the fields every view shows and a

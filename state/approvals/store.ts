@@ -1,4 +1,4 @@
-// Pending approvals and `--for` grants as a store holds them (SPEC §16): the records every view
+// Pending approvals and `--for` grants as a store holds them (docs/spec.md §16): the records every view
 // shows, and the interface of the stores. Implementations side by side: memory.ts (one broker,
 // also the home's: pending requests end with the process anyway), redis.ts (a fleet: any
 // broker answers a request another holds). Holding a request (its timer, its body, the answer

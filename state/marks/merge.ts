@@ -1,8 +1,8 @@
-// Pool marks as brokers share them (SPEC §7, §17, decision 112): the one merge rule, and the
+// Pool marks as brokers share them (docs/spec.md §7, §17, decision 112): the one merge rule, and the
 // check a mark read from elsewhere must pass. Every mark store (store.ts) and the pool itself
 // combine two marks with `mergeMark` only.
 
-/** A mark as the brokers of a fleet share it (SPEC §17): no counters, no local pins. */
+/** A mark as the brokers of a fleet share it (docs/spec.md §17): no counters, no local pins. */
 export interface SharedMark {
   readonly state: "usage_limit_reached" | "invalid";
   readonly until?: number;

@@ -1,4 +1,4 @@
-// Pool marks in a fleet's Redis (SPEC §17): the MarkStore of fleet mode, on the state's command
+// Pool marks in a fleet's Redis (docs/spec.md §17): the MarkStore of fleet mode, on the state's command
 // connection (redis/state.ts owns it, the subscriber and the resync). The request path never
 // waits on Redis: a mark made here is sent after the local change, one from another broker
 // arrives as a message and is merged into the pool's memory.

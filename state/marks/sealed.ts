@@ -1,4 +1,4 @@
-// Pool marks and their messages as a fleet's Redis holds them (SPEC §17, decision 111): sealed
+// Pool marks and their messages as a fleet's Redis holds them (docs/spec.md §17, decision 111): sealed
 // with the fleet's TokenCipher, so whoever can write to Redis but has no home key cannot forge a
 // mark or a reset, and checked field by field once opened (merge.ts `readMark`). Such a writer
 // can delete fields (HDEL a real mark, which the next mark or sync puts back) and put back a

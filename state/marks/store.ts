@@ -1,4 +1,4 @@
-// Pool marks as the stores see them (SPEC §7, §17, decision 112): what a broker's in-memory pool
+// Pool marks as the stores see them (docs/spec.md §7, §17, decision 112): what a broker's in-memory pool
 // offers a store, and the interface every mark store implements. Implementations side by side:
 // home.ts (`state/pools.json`, the brokers and commands on one machine), memory.ts (brokers in
 // one process), redis.ts (a fleet). All of them combine two marks with `mergeMark` (merge.ts)

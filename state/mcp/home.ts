@@ -1,4 +1,4 @@
-// MCP logins' bindings and client registrations in the home (SPEC §15): the McpStore (store.ts)
+// MCP logins' bindings and client registrations in the home (docs/spec.md §15): the McpStore (store.ts)
 // of one broker, or several on one machine, in `tokens/mcp/` (0700, files 0600, atomic writes
 // with fsync). Never read on the request path.
 import { createHash } from "node:crypto";

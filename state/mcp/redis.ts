@@ -1,4 +1,4 @@
-// MCP logins' bindings and client registrations in a fleet's Redis (SPEC §15, §17): the
+// MCP logins' bindings and client registrations in a fleet's Redis (docs/spec.md §15, §17): the
 // McpStore of fleet mode, on the state's one command connection, so that any broker refreshes
 // an MCP login any machine made. Two hashes: `<prefix>mcp:bindings` (field: the login, as in
 // the logins hash) and `<prefix>mcp:registrations` (field: the issuer). Each value is the whole

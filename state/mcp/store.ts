@@ -1,4 +1,4 @@
-// What `auth add` learns about an MCP server's authorization (SPEC §15), kept next to the
+// What `auth add` learns about an MCP server's authorization (docs/spec.md §15), kept next to the
 // logins: the client registration of each authorization server, keyed by issuer (a changed
 // server registers anew), and for each login the authorization server and client it was made
 // with, so that the broker refreshes it at the same place with the same `resource`. The

@@ -1,4 +1,4 @@
-// Token values at rest in a fleet's Redis (SPEC §17): AES-256-GCM under a key derived with HKDF
+// Token values at rest in a fleet's Redis (docs/spec.md §17): AES-256-GCM under a key derived with HKDF
 // from the home key, which every broker of a fleet shares (as it shares the CA). Each value is
 // bound to its key name (the additional data), so a ciphertext moved to another login fails to
 // open instead of serving the wrong tokens. Redis only ever holds `iv | tag | ciphertext`.

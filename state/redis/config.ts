@@ -1,4 +1,4 @@
-// A fleet's Redis as the rule file's `state:` names it (SPEC §17), in the shape this folder
+// A fleet's Redis as the rule file's `state:` names it (docs/spec.md §17), in the shape this folder
 // needs: rules/types.ts's `RedisStateConfig` is one (state/ reads no rule file itself).
 export interface RedisConfig {
   readonly url: string;

@@ -1,4 +1,4 @@
-// Fleet mode on Redis (SPEC §17). One command connection and one subscriber per broker. The
+// Fleet mode on Redis (docs/spec.md §17). One command connection and one subscriber per broker. The
 // request path never waits on Redis: marks and logins live in the broker's memory, and this
 // class keeps that copy current from the `events` channel, publishes what this broker changes,
 // and merges both ways whenever the connection (re)opens.

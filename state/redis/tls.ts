@@ -1,4 +1,4 @@
-// `rediss://` (SPEC §17): the fleet's Redis over TLS, verified as every upstream is (SPEC §3.7):
+// `rediss://` (docs/spec.md §17): the fleet's Redis over TLS, verified as every upstream is (docs/spec.md §3.7):
 // the system's roots plus the rule file's `upstream_ca` files, and the host of `state.url`
 // checked against the server's certificate. No new rule-file key: a Redis signed by a private
 // CA is trusted by listing that CA in `upstream_ca`, as for any other server keybroker calls.

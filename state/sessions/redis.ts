@@ -1,4 +1,4 @@
-// Admin page sessions in a fleet's Redis (SPEC §16, §17), so a person logged in on one broker is
+// Admin page sessions in a fleet's Redis (docs/spec.md §16, §17), so a person logged in on one broker is
 // logged in on all of them. One string key per session, `<prefix>session:<sha256 of the cookie>`,
 // whose Redis expiry is the session's idle deadline: every use writes it again and so slides it.
 // The value is the whole session sealed with the fleet's TokenCipher (bound to the key name): a

@@ -1,4 +1,4 @@
-// Admin page sessions as a store holds them (SPEC §16): the record and the interface of the
+// Admin page sessions as a store holds them (docs/spec.md §16): the record and the interface of the
 // stores. Implementations side by side: memory.ts (one broker, also the home's: a session is
 // not written to disk), redis.ts (a fleet: every broker serves a person logged in on one). The
 // cookie, the page secret and the one-time links are admin/sessions.ts's business.

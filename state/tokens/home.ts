@@ -1,4 +1,4 @@
-// The home's OAuth logins (SPEC §8): the TokenStore (store.ts) of one broker, or several on one
+// The home's OAuth logins (docs/spec.md §8): the TokenStore (store.ts) of one broker, or several on one
 // machine. One file per login in `$KEYBROKER_HOME/tokens/` (folder 0700, files 0600, atomic
 // writes with fsync); the refresh lock is taken with proper-lockfile, whose stale-lock recovery
 // survives a holder killed with `kill -9`.

@@ -10,7 +10,7 @@ export interface StoredLogin {
   readonly id: string;
   readonly accessToken: string;
   readonly refreshToken?: string;
-  /** The OpenID id token the server gave with the tokens, for the agents that read it (SPEC §19). */
+  /** The OpenID id token the server gave with the tokens, for the agents that read it (docs/spec.md §19). */
   readonly idToken?: string;
   /** Who signed in (an account id or e-mail read from the id token), never a secret. */
   readonly account?: string;
@@ -28,7 +28,7 @@ export interface StoredLogin {
   readonly reason?: string;
   /**
    * Set before a refresh token is sent, cleared when its answer is stored: a refresh found
-   * pending after a crash is tried once more at most (SPEC §8).
+   * pending after a crash is tried once more at most (docs/spec.md §8).
    */
   readonly refreshSentAt?: number;
   /** How many times the pending refresh token has been sent. */

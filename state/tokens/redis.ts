@@ -1,4 +1,4 @@
-// OAuth logins in a fleet's Redis (SPEC §8, §17): the TokenStore of fleet mode. One hash field
+// OAuth logins in a fleet's Redis (docs/spec.md §8, §17): the TokenStore of fleet mode. One hash field
 // per login holds `<generation>:<createdAt>:<sealed login>`: the generation and creation time in
 // clear for the server-side checks, the login (tokens included) only sealed (redis/cipher.ts).
 //

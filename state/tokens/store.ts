@@ -1,6 +1,6 @@
-// Where OAuth logins live (SPEC §8) and their refresh lock: the interface of the token stores.
+// Where OAuth logins live (docs/spec.md §8) and their refresh lock: the interface of the token stores.
 // Implementations side by side: home.ts (`tokens/` in the home), memory.ts (one process),
-// redis.ts (a fleet, SPEC §17).
+// redis.ts (a fleet, docs/spec.md §17).
 import type { StoredLogin } from "./login.js";
 
 export interface TokenStore {

@@ -1,4 +1,4 @@
-// Fakes of the subscription sign-ins agents use (SPEC §19), speaking each one's real endpoints
+// Fakes of the subscription sign-ins agents use (docs/spec.md §19), speaking each one's real endpoints
 // and answer shapes on a FakeUpstream (HTTPS, any host name):
 //
 //   codex   auth.openai.com/oauth/{token,revoke} (JSON or form; JWT access and id tokens with

@@ -91,7 +91,7 @@ export function parseAnswer(text: string): {
   };
 }
 
-/** Asserts SPEC §11's shape: JSON body with error.type, and the same code in x-keybroker-error. */
+/** Asserts docs/spec.md §11's shape: JSON body with error.type, and the same code in x-keybroker-error. */
 export function brokerError(text: string): { status: number; code: string; message: string } {
   const answer = parseAnswer(text);
   const body = JSON.parse(answer.body) as { error: { type: string; message: string } };

@@ -130,7 +130,7 @@ export async function startRedis(opts: RedisOptions = {}): Promise<RedisServer> 
 
 /**
  * Every key in a Redis, every value read back, searched for each secret in clear and in
- * base64: what the fleet stores there must hold none (SPEC §17: token values are sealed).
+ * base64: what the fleet stores there must hold none (docs/spec.md §17: token values are sealed).
  */
 export async function redisLeaks(raw: Redis, secrets: readonly string[]): Promise<string[]> {
   const found: string[] = [];

@@ -1,4 +1,4 @@
-// The admin page's failed-login limit (SPEC §3.10, decision 105), against a real broker with a
+// The admin page's failed-login limit (docs/spec.md §3.10, decision 105), against a real broker with a
 // password set. Each case has a broker of its own: every loopback address counts as one (any
 // local process can bind any 127.x address), so cases cannot share one. Parallel guesses are counted before the password is checked, so at most the
 // limit are ever checked (the audit's admin_login_failed lines count the checks) and the rest are

@@ -1,7 +1,7 @@
-// The broker's root, opened by a person on another machine (SPEC §16: the root and the login page
+// The broker's root, opened by a person on another machine (docs/spec.md §16: the root and the login page
 // never answer an error where a form belongs). A real off-loopback peer: a network namespace of
 // this test joined to the host by a veth pair, with a private /30 that exists only between the
-// two ends; the broker is bound to the host end's address (client tokens, SPEC §3.5) and curl
+// two ends; the broker is bound to the host end's address (client tokens, docs/spec.md §3.5) and curl
 // runs inside the namespace. Plain HTTP at the root leads to /admin/, which sends the person to
 // TLS, where the login page answers. Needs root and `ip netns` (CI runs as root): without them
 // the test fails, it does not skip.

@@ -1,4 +1,4 @@
-// The admin page in a real headless Chromium (SPEC §16): one broker bound to 0.0.0.0 (so the
+// The admin page in a real headless Chromium (docs/spec.md §16): one broker bound to 0.0.0.0 (so the
 // page is also served over TLS on its port), reached only at 127.0.0.1. Logs in by one-time
 // link and by password over TLS, checks what the page shows and that no secret is in anything
 // it loaded, resets a mark from the page, and refuses a change without the CSRF token.

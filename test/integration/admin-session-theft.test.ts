@@ -1,4 +1,4 @@
-// A local process cannot use the admin page's session (SPEC §3.10, decision 104). Cookies ignore
+// A local process cannot use the admin page's session (docs/spec.md §3.10, decision 104). Cookies ignore
 // ports: the person's browser sends `kb_admin_<port>` to any server on 127.0.0.1. In a real
 // Chromium the person logs in and a request is held for approval; then a page served by the test
 // on another port, opened in the same browser, tries <img>, <iframe>, fetch and a form post

@@ -1,4 +1,4 @@
-// What `keybroker env` and `keybroker run` give an agent (SPEC §5, §10): the running broker's
+// What `keybroker env` and `keybroker run` give an agent (docs/spec.md §5, §10): the running broker's
 // providers wherever they run, every provider the rule file names even while its credential
 // cannot be resolved, and no real secret left in the command's environment under any name.
 import { writeFileSync } from "node:fs";
@@ -123,7 +123,7 @@ describe("with a broker running, env and run use its rules", () => {
   }, 120_000);
 });
 
-describe("every provider the rule file names is active (SPEC §10)", () => {
+describe("every provider the rule file names is active (docs/spec.md §10)", () => {
   const failing = `  vault:
     hosts: [tunnel.test]
     inject: { header: authorization, format: "Bearer {secret}" }

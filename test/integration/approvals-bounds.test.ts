@@ -1,4 +1,4 @@
-// SPEC §3.10, issue 24 item 5: requests held for approval are bounded in number and in bytes of
+// docs/spec.md §3.10, issue 24 item 5: requests held for approval are bounded in number and in bytes of
 // body (approvals.max_pending, approvals.max_bytes; decision 108). Beyond either, the request is
 // refused with 503 approvals_full before anything goes upstream and without more of its body
 // being kept; answering a held request makes room again. Real curl clients and a raw TLS tunnel

@@ -1,4 +1,4 @@
-// Roles and approvals end to end (SPEC §16): real curl clients through a real broker to a fake
+// Roles and approvals end to end (docs/spec.md §16): real curl clients through a real broker to a fake
 // provider; held requests answered with the real `keybroker approvals|approve|deny` commands and
 // the admin API; guest clients, role- and client-scoped rules, per-client rpm limits.
 import { type ChildProcess, spawn } from "node:child_process";

@@ -1,4 +1,4 @@
-// SPEC §12, nothing lost: a full audit folder (a real tmpfs) is reported, counted and recorded
+// docs/spec.md §12, nothing lost: a full audit folder (a real tmpfs) is reported, counted and recorded
 // by a `gap` line when writing resumes; `audit: { require: true }` refuses to inject meanwhile;
 // and the security chain keeps blocked events that ordinary traffic rotates out of audit.jsonl.
 import { spawnSync } from "node:child_process";

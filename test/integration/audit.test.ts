@@ -1,4 +1,4 @@
-// SPEC §12: every decision the broker takes is on record, in a hash chain that `audit verify`
+// docs/spec.md §12: every decision the broker takes is on record, in a hash chain that `audit verify`
 // checks, without a credential value anywhere in it.
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

@@ -1,4 +1,4 @@
-// SPEC §3.2 with `intercept: all`: a placeholder in a request BODY bound for a host without
+// docs/spec.md §3.2 with `intercept: all`: a placeholder in a request BODY bound for a host without
 // its provider is caught in every form the scrubber knows (plain, JSON-escaped, URL-encoded,
 // base64), after undoing gzip, in bodies read whole and streamed (chunked): the request is cut
 // off before the placeholder leaves, the client gets 403 `placeholder_host_mismatch`, and the

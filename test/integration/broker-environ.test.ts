@@ -1,4 +1,4 @@
-// The broker keeps no secret in its initial environment (SPEC §20, decision 119): started the
+// The broker keeps no secret in its initial environment (docs/spec.md §20, decision 119): started the
 // README's way with the key exported to it, or by `keybroker run` for its command, no process's
 // /proc/<pid>/environ or cmdline holds the key, and the broker still injects it upstream.
 import { once } from "node:events";

@@ -1,4 +1,4 @@
-// SPEC §6: the embedded catalogue knows the agents' subscription sign-ins. With no rule file at
+// docs/spec.md §6: the embedded catalogue knows the agents' subscription sign-ins. With no rule file at
 // all, `keybroker auth add codex-oauth` (and claude-oauth) starts the agent's own PKCE sign-in:
 // its authorization endpoint, public client id, scopes and fixed loopback redirect (decision 160).
 import { expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// `keybroker check --exposure` (SPEC §20, decision 120): a project .env the rules read, a file:
+// `keybroker check --exposure` (docs/spec.md §20, decision 120): a project .env the rules read, a file:
 // secret outside the home and a broker started by a shell that exported the key are each listed
 // with a fix (exit 1), never with a value; once the keys live in the home and the broker is
 // restarted from a shell without them, only the home's own files remain (exit 0).

@@ -44,7 +44,7 @@ describe("keybroker init and ca", () => {
     ).toBe(0);
   });
 
-  it("tells to keep the keys in the home's .env, where check finds them (SPEC §20)", () => {
+  it("tells to keep the keys in the home's .env, where check finds them (docs/spec.md §20)", () => {
     // Not scanned for secrets: the key belongs in this home's .env.
     const h = tempHome();
     const r = cli(["init", "--home", h]);

@@ -1,4 +1,4 @@
-// SPEC §3.8, decision 138: at `limits.connections` a connection that sent a request and was
+// docs/spec.md §3.8, decision 138: at `limits.connections` a connection that sent a request and was
 // answered is idle again, and the one idle the longest is closed to admit a new client. Before,
 // a connection that had once sent a request was never closed for room, so a flood that sent one
 // cheap request per connection now and then locked out a client opening a tunnel per request.

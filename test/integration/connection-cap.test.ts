@@ -1,4 +1,4 @@
-// SPEC §3.8, issue 24 item 7: at `limits.connections`, the connections that have not sent a
+// docs/spec.md §3.8, issue 24 item 7: at `limits.connections`, the connections that have not sent a
 // request yet (an idle CONNECT, no ClientHello) are closed oldest first to admit new ones, before
 // any that has (decision 109; connection-cap-idle.test.ts for those, decision 138). Before, the cap refused the new connection,
 // so a flood of idle CONNECTs locked out a client that opens a tunnel per request, as curl does.

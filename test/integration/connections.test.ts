@@ -1,4 +1,4 @@
-// SPEC §3.8: every stage of a client connection has a timeout, in tunnels as on the listener.
+// docs/spec.md §3.8: every stage of a client connection has a timeout, in tunnels as on the listener.
 // The cap on open connections is test/integration/connection-cap.test.ts.
 // The timeouts are set small in the rule file; close times are checked against generous bounds.
 import { once } from "node:events";

@@ -1,4 +1,4 @@
-// The admin page in fleet mode (SPEC §16, §17): two brokers on one real redis-server with a
+// The admin page in fleet mode (docs/spec.md §16, §17): two brokers on one real redis-server with a
 // password, sharing the CA and home key as a fleet does. A session started on one broker is
 // accepted by the other with its CSRF token, and a logout on either ends it on both; Redis holds
 // no cookie, token, password or CSRF token. In a real Chromium, the overview names the shared

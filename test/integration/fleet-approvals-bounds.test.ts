@@ -1,4 +1,4 @@
-// SPEC §3.10 in a fleet (decision 108): approvals.max_pending bounds what each broker holds, not
+// docs/spec.md §3.10 in a fleet (decision 108): approvals.max_pending bounds what each broker holds, not
 // the fleet's shared list. The bodies are in the memory of the broker that holds them, so a
 // broker at its bound refuses with 503 approvals_full while another broker of the same fleet
 // still holds requests; both are listed fleet-wide and answered from either broker. Two brokers

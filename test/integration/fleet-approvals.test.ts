@@ -1,4 +1,4 @@
-// Pending approvals shared on Redis (SPEC §16, §17): two brokers, each with its own home (the CA
+// Pending approvals shared on Redis (docs/spec.md §16, §17): two brokers, each with its own home (the CA
 // and home key copied from the first), on one real redis-server. A request held by one broker
 // is listed and answered with the real `keybroker approvals|approve|deny` commands against the
 // other; of two brokers approving at once exactly one wins; `approve --for` on one lets the

@@ -1,4 +1,4 @@
-// Fleet state poisoned from Redis (SPEC §17, decision 111; docs/reliability.md "Fleet and
+// Fleet state poisoned from Redis (docs/spec.md §17, decision 111; docs/reliability.md "Fleet and
 // shared-home marks"): a Redis writer without the home key writes garbage and forged marks into
 // the marks hash and publishes forged mark messages. Two real brokers on a real redis-server
 // ignore all of it, report each bad value once, stay healthy (not degraded, still refreshing

@@ -1,4 +1,4 @@
-// MCP logins in a fleet (SPEC §15, §17): the binding of a login (authorization server, client,
+// MCP logins in a fleet (docs/spec.md §15, §17): the binding of a login (authorization server, client,
 // resource) and the client registration (with its secret) live in the fleet's Redis, next to
 // the login, so any broker refreshes an MCP login another machine made. Two homes with the same
 // CA and home key, one real redis-server, the SDK's MCP server and authorization server (which

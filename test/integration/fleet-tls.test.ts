@@ -1,4 +1,4 @@
-// Fleet mode over TLS (`rediss://`, SPEC §17): a real redis-server listening for TLS only, its
+// Fleet mode over TLS (`rediss://`, docs/spec.md §17): a real redis-server listening for TLS only, its
 // certificate made by keybroker's own certs module under a CA of its own. Two brokers that list
 // that CA in `upstream_ca` share a mark over it; a third that does not trust it starts anyway,
 // serves from memory, and says why it is degraded and what to do.

@@ -1,4 +1,4 @@
-// Fleet mode (SPEC §17): three brokers, each with its own home (the CA and home key copied from
+// Fleet mode (docs/spec.md §17): three brokers, each with its own home (the CA and home key copied from
 // the first, as the README says), on one real redis-server with a password. A 429 seen by one
 // marks the credential for all; short-lived OAuth tokens under load across all three are
 // refreshed with zero refresh-token reuse; a broker frozen while holding the refresh lock does

@@ -1,4 +1,4 @@
-// SPEC §3.8, issue 14: memory is returned after a connection flood. A broker holds a flood of
+// docs/spec.md §3.8, issue 14: memory is returned after a connection flood. A broker holds a flood of
 // idle CONNECTs (answered 200, no ClientHello), they close at once, and its resident memory is
 // measured before, while they are held, and once they have closed and the broker has given back
 // what the surge grew (docs/reliability.md, "Memory after a flood"; decision 55). Before the fix

@@ -1,4 +1,4 @@
-// gRPC through the intercept (SPEC §13): a real @grpc/grpc-js client, through the broker by
+// gRPC through the intercept (docs/spec.md §13): a real @grpc/grpc-js client, through the broker by
 // CONNECT (grpc_proxy) and the broker's CA, to a real grpc-js server over TLS. Unary and
 // streaming calls, trailers and trailers-only answers, cancellation, flow control; the
 // credential injected into each call's metadata and its echo scrubbed with every message's

@@ -1,4 +1,4 @@
-// Bad HTTP/2 input inside an intercepted connection (SPEC §3.8, decision 157), beside the
+// Bad HTTP/2 input inside an intercepted connection (docs/spec.md §3.8, decision 157), beside the
 // HTTP/1.1 request corpus: floods and oversized header blocks end the offending stream or
 // connection, nothing reaches the upstream from them, and every other client goes on being served.
 import { once } from "node:events";

@@ -1,4 +1,4 @@
-// HTTP/2 through the intercept (SPEC §13, docs/http2.md): ALPN h2 for a client that offers it
+// HTTP/2 through the intercept (docs/spec.md §13, docs/http2.md): ALPN h2 for a client that offers it
 // when the origin speaks HTTP/2, and every rule applied to each stream as to an HTTP/1.1
 // request, with real clients (curl --http2, undici with allowH2, node:http2) and an h2-only
 // upstream beside an HTTP/1.1-only one.

@@ -1,4 +1,4 @@
-// A bug inside keybroker is not the client's bad request (SPEC §11, decision 99): it answers 500
+// A bug inside keybroker is not the client's bad request (docs/spec.md §11, decision 99): it answers 500
 // internal_error with a generic message (nothing of the error's text or stack, which may hold
 // anything), logs the error with its stack, and the broker keeps serving. The bug is real: an
 // in-process broker built from rules with a faulty part, a provider rule whose `policy` throws

@@ -1,4 +1,4 @@
-// What passes through `keybroker run --isolate` unchanged (SPEC §20): the exit code, Ctrl-C
+// What passes through `keybroker run --isolate` unchanged (docs/spec.md §20): the exit code, Ctrl-C
 // (SIGINT to run: 130, nothing left running), a terminal an interactive program drives, stdin;
 // each launch's own identity in the audit log and status; --allow-connect to a server that
 // speaks first (as SSH does); the unprivileged path (as nobody); and what run says without it.

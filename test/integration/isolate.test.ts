@@ -1,4 +1,4 @@
-// `keybroker run --isolate` (SPEC §20): an agent in its own user, mount, PID and network
+// `keybroker run --isolate` (docs/spec.md §20): an agent in its own user, mount, PID and network
 // namespaces tries every way to read a secret or get around the proxy (every process's
 // environment, command line and memory; the .env, the rule file, every file of the home and
 // the admin token; `keybroker approve` on a request held for another client; direct TCP to the

@@ -1,4 +1,4 @@
-// SPEC §3.3: every place a response can carry upstream text to the client is scrubbed. A fake
+// docs/spec.md §3.3: every place a response can carry upstream text to the client is scrubbed. A fake
 // upstream echoes the real key in each place (reason phrase, header name, trailers, 1xx
 // answers, upgrade answers, text quoted in the broker's own errors), intercepted and in
 // reverse mode; a raw client reads every byte the broker sent and none is the key.

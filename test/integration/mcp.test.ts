@@ -1,4 +1,4 @@
-// MCP servers behind keybroker (SPEC §15), end to end with the official SDK on both sides: the
+// MCP servers behind keybroker (docs/spec.md §15), end to end with the official SDK on both sides: the
 // fake server is the SDK's McpServer on its Streamable HTTP transport behind its bearer check,
 // its authorization server the SDK's auth router. `keybroker auth add` discovers and registers
 // and logs in as a user would drive it; then the SDK's own Client, with no auth provider and a

@@ -1,4 +1,4 @@
-// GET /metrics (SPEC §18): real clients make a known set of requests through a real broker
+// GET /metrics (docs/spec.md §18): real clients make a known set of requests through a real broker
 // (successes, an upstream 5xx, a blocked exfiltration attempt, a 429 that marks a credential
 // and is retried on another), then the scrape must have moved by exactly those requests, pass
 // `promtool check metrics`, hold no secret, and be refused to a caller off this machine that

@@ -1,4 +1,4 @@
-// `grant: client_credentials` (SPEC §8): no login at all; the broker fetches the token from
+// `grant: client_credentials` (docs/spec.md §8): no login at all; the broker fetches the token from
 // client_id and client_secret through its own upstream agent (the token endpoint's host is
 // reachable only by the rule file's `resolve` and trusted only by its `upstream_ca`), injects
 // it, and fetches the next one before the current one expires, with no request waiting on it.

@@ -1,4 +1,4 @@
-// What a hostile authorization server can make `auth add` do (SPEC §8, decision 100): its device
+// What a hostile authorization server can make `auth add` do (docs/spec.md §8, decision 100): its device
 // answer's `interval` cannot make keybroker poll in a tight loop (floored at 1 s, and a value
 // too long for a timer is capped instead of firing at once), and a verification URL that is not
 // https (or http on loopback) is printed as text to copy, never handed on as a link.

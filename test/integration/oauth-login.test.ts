@@ -1,4 +1,4 @@
-// `keybroker auth add|remove` for OAuth providers (SPEC §8), driven as a user would: read the
+// `keybroker auth add|remove` for OAuth providers (docs/spec.md §8), driven as a user would: read the
 // printed URL and code, approve at the authorization server (the device grant), or act as the
 // browser and follow the authorize redirect to the loopback callback (PKCE). The running broker
 // then serves real requests with the login, without a restart.

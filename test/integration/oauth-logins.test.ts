@@ -1,4 +1,4 @@
-// OAuth logins as pool credentials (SPEC §7, §8): a running broker follows the token store
+// OAuth logins as pool credentials (docs/spec.md §7, §8): a running broker follows the token store
 // (a login added, replaced or removed is used at once), injects the access token as Bearer,
 // marks only the login that got a quota answer, and answers 401 reauth_required with the
 // command to run when no login can serve.

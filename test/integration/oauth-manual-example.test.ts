@@ -1,6 +1,6 @@
 // The manual's OAuth provider, verbatim (read out of docs/oauth.md, where the README sends a
 // reader for OAuth, so the example stays true): a
-// provider with nothing but its hosts and its `oauth:` block (SPEC §8). Before any login,
+// provider with nothing but its hosts and its `oauth:` block (docs/spec.md §8). Before any login,
 // `start` runs (it used to die with an internal error right after its listening line),
 // `check`, `env` and `status` work, and a request gets 401 reauth_required naming the
 // `auth add` to run; after a device login the same placeholder is served.

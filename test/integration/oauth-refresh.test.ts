@@ -1,4 +1,4 @@
-// Refresh custody (SPEC §8) against an authorization server whose refresh tokens rotate and
+// Refresh custody (docs/spec.md §8) against an authorization server whose refresh tokens rotate and
 // are single-use, where a reused one revokes the whole grant: many requests over short-lived
 // tokens, and two brokers on one home, must never send a refresh token twice; a revoked grant
 // makes that login reauth_required while another login keeps serving.

@@ -1,4 +1,4 @@
-// SPEC §19 with `intercept: all`: a phantom token in a request body (read whole) bound for a
+// docs/spec.md §19 with `intercept: all`: a phantom token in a request body (read whole) bound for a
 // host without its provider is refused like a placeholder (403 placeholder_host_mismatch), and
 // nothing reaches that host.
 import { request } from "undici";

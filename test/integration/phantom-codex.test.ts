@@ -1,4 +1,4 @@
-// SPEC §19 with Codex's ChatGPT sign-in, from the embedded catalogue's codex-oauth (no
+// docs/spec.md §19 with Codex's ChatGPT sign-in, from the embedded catalogue's codex-oauth (no
 // provider in the rule file): the agent's own sign-in through keybroker is forwarded and
 // stored, the agent gets phantoms only (a JWT's keeps its claims and exp); a phantom refresh is
 // answered at home, one real refresh at most however many agents refresh; the phantom access

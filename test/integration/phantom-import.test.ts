@@ -1,4 +1,4 @@
-// SPEC §19 "Import" and "Login": `keybroker auth import codex|claude|gemini|hermes` takes each
+// docs/spec.md §19 "Import" and "Login": `keybroker auth import codex|claude|gemini|hermes` takes each
 // agent's existing sign-in into the token store and rewrites its file in place with phantoms
 // (same mode, idempotent, no real token left in it); the phantoms then work through the broker
 // (Claude's on api.anthropic.com beside an API key, Google's at tokeninfo, userinfo and

@@ -1,4 +1,4 @@
-// SPEC §19 "Many agents, one login" with pools: two ChatGPT accounts signed in through
+// docs/spec.md §19 "Many agents, one login" with pools: two ChatGPT accounts signed in through
 // keybroker are two logins of codex-oauth; a usage-limit answer to one account's phantom marks
 // only that login, and the other account's phantom keeps being served.
 import { request } from "undici";

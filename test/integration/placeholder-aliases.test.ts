@@ -1,4 +1,4 @@
-// A placeholder variable with aliases (SPEC §4, decision 122): `env` and `run` set every name to
+// A placeholder variable with aliases (docs/spec.md §4, decision 122): `env` and `run` set every name to
 // the same placeholder, the key is found under any of them, `run` strips a real key from each,
 // and a request carrying the placeholder read from any alias gets the real key upstream.
 import { readFileSync } from "node:fs";

@@ -1,4 +1,4 @@
-// Path tricks against deny and approve rules (SPEC §3.9, decision 101), written byte for byte
+// Path tricks against deny and approve rules (docs/spec.md §3.9, decision 101), written byte for byte
 // inside an intercepted connection: what a rule matched is what the fake upstream received, and
 // a path with more than one reading is refused with 400 before anything is sent or held.
 // Providers without policy rules still get the path exactly as the client sent it.
@@ -110,7 +110,7 @@ async function heldThenApproved(
   return { pendingPath, got: got[0]! };
 }
 
-/** The refusal SPEC §3.9 asks for: 400 bad_request with a hint, nothing sent, nothing held. */
+/** The refusal docs/spec.md §3.9 asks for: 400 bad_request with a hint, nothing sent, nothing held. */
 async function expectRefused(method: string, target: string): Promise<void> {
   const seen = heldSoFar();
   const { text, got } = await receivedDuring(() => github(method, target));

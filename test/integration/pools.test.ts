@@ -1,4 +1,4 @@
-// Credential pools (SPEC §7): only the credential that got a quota answer is marked, the
+// Credential pools (docs/spec.md §7): only the credential that got a quota answer is marked, the
 // request moves to another credential before the client sees anything, exhausted pools fall
 // back or answer pool_exhausted, and marks survive restarts.
 

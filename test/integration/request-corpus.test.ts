@@ -1,6 +1,6 @@
 // Raw requests the broker must refuse itself, on the listener and inside intercepted connections:
 // bad CONNECT ports, request targets naming another origin, requests without Host, and what
-// node's HTTP parser rejects. Every refusal has SPEC §11's shape and nothing reaches the upstream.
+// node's HTTP parser rejects. Every refusal has docs/spec.md §11's shape and nothing reaches the upstream.
 import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAL_OPENAI } from "../helpers/fixture.js";

@@ -1,4 +1,4 @@
-// Service-account providers behind the loopback endpoint (SPEC §9): a Google service account
+// Service-account providers behind the loopback endpoint (docs/spec.md §9): a Google service account
 // exchanged for an access token at a fake token endpoint that checks the JWT's RS256 signature,
 // and AWS SigV4 checked by a fake Bedrock with the maintained signer. Real SDKs on the client
 // side, with dummy keys only.

@@ -1,4 +1,4 @@
-// Several providers on one host (SPEC §4, decision 123): an API key, a second key and a
+// Several providers on one host (docs/spec.md §4, decision 123): an API key, a second key and a
 // subscription login all on api.anthropic.com. The placeholder a request carries names the
 // provider and its pool; no placeholder is forwarded untouched; two providers' placeholders in
 // one request are refused before anything leaves.

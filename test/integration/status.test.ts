@@ -1,4 +1,4 @@
-// `keybroker status` and the brokers of a home (SPEC §10): each running broker is recorded on
+// `keybroker status` and the brokers of a home (docs/spec.md §10): each running broker is recorded on
 // its own, status lists them all with version and uptime and says when a reload was rejected,
 // never creates a home, and exits 3 when no broker runs. The long tests run a dozen commands,
 // each a new node process: they get a timeout to match on a loaded machine.

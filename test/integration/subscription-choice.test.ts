@@ -1,4 +1,4 @@
-// SPEC §19: when a client has both an API key and a subscription login for one host
+// docs/spec.md §19: when a client has both an API key and a subscription login for one host
 // (anthropic and claude-oauth on api.anthropic.com), `env`/`run` say which one they export,
 // and `--use` exports only the chosen one, so nobody is billed on the API without being told.
 import { afterEach, expect, it } from "vitest";

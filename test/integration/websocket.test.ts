@@ -149,7 +149,7 @@ describe("WebSocket upgrades", () => {
     expect(report.providers.find((p) => p.id === "openai")!.credentials[0]!.state).toBe("invalid");
   });
 
-  it("refuses a guest's upgrade with 403 policy_denied: the upstream sees nothing (SPEC §3.10)", async () => {
+  it("refuses a guest's upgrade with 403 policy_denied: the upstream sees nothing (docs/spec.md §3.10)", async () => {
     const ph = await clientPlaceholder("visitor");
     const dispatcher = clientAgent("visitor", TOKENS.KB_GUEST_TOKEN);
     const before = f.upstream.received.length;

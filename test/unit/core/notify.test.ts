@@ -1,4 +1,4 @@
-// `notify: "cmd:…"` (SPEC §16): one JSON event on the command's stdin, a timeout, failures
+// `notify: "cmd:…"` (docs/spec.md §16): one JSON event on the command's stdin, a timeout, failures
 // logged without stopping anything, a bounded queue; and the rule-file key that sets it.
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -31,7 +31,7 @@ describe("embedded default catalogue", () => {
     return found;
   };
 
-  it("has every provider SPEC §6 names", () => {
+  it("has every provider docs/spec.md §6 names", () => {
     expect(rules.origin).toBe(CATALOGUE_ORIGIN);
     for (const id of SPEC_PROVIDERS) expect(byId.has(id), id).toBe(true);
     expect(rules.providers.every((p) => p.fromCatalogue)).toBe(true);

@@ -353,14 +353,14 @@ describe("cross-checks", () => {
 
   it("rejects a non-loopback listen address without client tokens", () => {
     expect(failure("listen: 0.0.0.0:8899\n").message).toContain(
-      "listen: binding 0.0.0.0:8899 requires client tokens (SPEC §3.5) — add clients.<name>.token",
+      "listen: binding 0.0.0.0:8899 requires client tokens (docs/spec.md §3.5) — add clients.<name>.token",
     );
     expect(
       problems("listen: 192.168.1.5:8899\nclients: { a: { token: TA }, b: { providers: '*' } }\n"),
     ).toEqual([
       {
         path: "listen",
-        message: "binding 192.168.1.5:8899 requires client tokens (SPEC §3.5) — add clients.b.token",
+        message: "binding 192.168.1.5:8899 requires client tokens (docs/spec.md §3.5) — add clients.b.token",
         line: 1,
         column: 9,
       },
@@ -806,13 +806,13 @@ describe("compiling", () => {
     ]);
   });
 
-  it("reads the bounds of held requests (SPEC §3.10)", () => {
+  it("reads the bounds of held requests (docs/spec.md §3.10)", () => {
     const rules = parse("approvals: { max_pending: 2, max_bytes: 16KiB }\n");
     expect(rules.approvals).toEqual({ timeoutMs: 120_000, maxPending: 2, maxBytes: 16 * 1024 });
   });
 });
 
-describe("the SPEC §4 example", () => {
+describe("the docs/spec.md §4 example", () => {
   const path = join(import.meta.dirname, "../../fixtures/rules/spec-example.yaml");
 
   it("parses and compiles", () => {

@@ -1,4 +1,4 @@
-// `mcp: <url>` in the rule file (SPEC §15): the server's host bound (its port when not 443), its
+// `mcp: <url>` in the rule file (docs/spec.md §15): the server's host bound (its port when not 443), its
 // origin mounted at /p/<id>, OAuth with a code and PKCE, and an `oauth:` block that overrides
 // what discovery would find. Every mistake names its path.
 import { describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// `state:` in the rule file (SPEC §17): a redis:// or rediss:// URL, or { url, password, prefix },
+// `state:` in the rule file (docs/spec.md §17): a redis:// or rediss:// URL, or { url, password, prefix },
 // checked at load with errors that name the path; a password never sits in the URL.
 import { describe, expect, it } from "vitest";
 import { parseSnippet, snippetProblems } from "../../helpers/rules.js";

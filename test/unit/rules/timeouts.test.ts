@@ -1,4 +1,4 @@
-// `timeouts:`, `limits:` and a provider's `timeout` in the rule file (SPEC §3.8).
+// `timeouts:`, `limits:` and a provider's `timeout` in the rule file (docs/spec.md §3.8).
 import { describe, expect, it } from "vitest";
 import { DEFAULT_TIMEOUTS } from "../../../rules/compile.js";
 import { parseSnippet, snippetProblems } from "../../helpers/rules.js";

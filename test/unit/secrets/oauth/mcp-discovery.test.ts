@@ -1,5 +1,5 @@
 // How `auth add` finds an MCP server's authorization server and which client it is there
-// (SPEC §15), against a real HTTPS server on 127.0.0.1: the challenge's resource_metadata,
+// (docs/spec.md §15), against a real HTTPS server on 127.0.0.1: the challenge's resource_metadata,
 // the path-aware and root well-known URLs, RFC 8414 then OpenID metadata with the issuer
 // checked, PKCE S256 required, the client identity order, registrations kept per issuer, and
 // every answer capped like a token answer.
