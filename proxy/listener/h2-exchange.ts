@@ -10,6 +10,7 @@ import type { PoolState } from "../../secrets/pool.js";
 import type { Exchange, ExchangeRequest, ExchangeResponse } from "../exchange.js";
 import { forwardableRequestHeaders, type HeaderList } from "../headers.js";
 import type { Runtime } from "../runtime.js";
+import { exchangeFor } from "./exchange-for.js";
 import type { Target } from "./request-target.js";
 
 /** Response fields HTTP/2 forbids (RFC 9113 §8.2.2): an HTTP/1.1 upstream's, dropped on the way. */
@@ -175,35 +176,13 @@ export function h2Exchange(
   if (t.mode === "reverse") {
     fields[1] = t.port === 443 ? t.host : `${t.host}:${t.port}`;
   }
-  return {
-    req: stream as unknown as ExchangeRequest,
-    res: new H2Response(stream),
-    method: String(headers[constants.HTTP2_HEADER_METHOD] ?? "GET"),
-    mode: t.mode,
+  return exchangeFor(
+    stream as unknown as ExchangeRequest,
+    new H2Response(stream),
+    String(headers[constants.HTTP2_HEADER_METHOD] ?? "GET"),
+    fields,
+    t,
     rt,
-    client: t.client,
-    host: t.host,
-    port: t.port,
-    scheme: t.scheme,
-    sni: t.sni,
-    path: t.path,
-    headers: fields,
-    provider: t.provider,
-    secret: undefined,
-    placeholder: undefined,
-    placeholderSeenAt: [],
-    startedAt: performance.now(),
     pools,
-    injection: undefined,
-    body: undefined,
-    reverseRest: t.reverseRest,
-    tried: new Set(),
-    upstreamMs: 0,
-    heldMs: 0,
-    result: undefined,
-    status: 0,
-    refusal: undefined,
-    reauthorized: false,
-    exhausted: undefined,
-  };
+  );
 }

@@ -5,6 +5,7 @@ import type { PoolState } from "../../secrets/pool.js";
 import type { Exchange } from "../exchange.js";
 import { forwardableRequestHeaders, setHeader } from "../headers.js";
 import type { Runtime } from "../runtime.js";
+import { exchangeFor } from "./exchange-for.js";
 import type { Target } from "./request-target.js";
 
 export function http1Exchange(
@@ -19,35 +20,5 @@ export function http1Exchange(
     // The loopback Host means nothing upstream.
     setHeader(headers, "host", t.port === 443 ? t.host : `${t.host}:${t.port}`);
   }
-  return {
-    req,
-    res,
-    method: req.method ?? "GET",
-    mode: t.mode,
-    rt,
-    client: t.client,
-    host: t.host,
-    port: t.port,
-    scheme: t.scheme,
-    sni: t.sni,
-    path: t.path,
-    headers,
-    provider: t.provider,
-    secret: undefined,
-    placeholder: undefined,
-    placeholderSeenAt: [],
-    startedAt: performance.now(),
-    pools,
-    injection: undefined,
-    body: undefined,
-    reverseRest: t.reverseRest,
-    tried: new Set(),
-    upstreamMs: 0,
-    heldMs: 0,
-    result: undefined,
-    status: 0,
-    refusal: undefined,
-    reauthorized: false,
-    exhausted: undefined,
-  };
+  return exchangeFor(req, res, req.method ?? "GET", headers, t, rt, pools);
 }
