@@ -54,7 +54,7 @@ async function login(
   for await (const chunk of res) text += String(chunk);
   answers.push(text);
   // A login that worked starts a session: its cookie comes with the answer.
-  const session = /^kb_admin_\d+=\w/.test(String(res.headers["set-cookie"] ?? ""));
+  const session = /^kb_admin_\d+=[\w-]/.test(String(res.headers["set-cookie"] ?? ""));
   return { status: res.statusCode ?? 0, text, session };
 }
 

@@ -196,9 +196,12 @@ describe("GET /metrics", () => {
         decision: "injected",
         status: "5xx",
       })]: 2,
+      // api.anthropic.com is shared by the anthropic key provider and the catalogue's
+      // claude-oauth subscription (decision 160), so a request carrying another provider's
+      // placeholder there matches no provider of the host: provider="" (docs/metrics.md).
       [key("keybroker_requests_total", {
         ...base,
-        provider: "anthropic",
+        provider: "",
         decision: "blocked",
         status: "4xx",
       })]: 1,
