@@ -110,12 +110,139 @@ export function forward(
   head: readonly HeadStage[],
 ): Promise<ForwardResult> {
   return new Promise((resolve, reject) => {
-    const call = new Forwarding(x, hold, head, resolve, reject);
+    const { req, res } = x;
+    const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
+    let controller: Dispatcher.DispatchController | undefined;
+    let done = false;
+    let sentAt = 0;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      x.upstreamMs += performance.now() - sentAt;
+      resolve(result);
+    };
+    const fail = (failure: unknown) => {
+      if (done) return;
+      // A stage that cut the request body off says why (undici may report only the abort).
+      const err = x.refusedBody ?? failure;
+      if (!res.headersSent) {
+        done = true;
+        x.upstreamMs += performance.now() - sentAt;
+        reject(upstreamError(err, x));
+      } else {
+        // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
+        const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
+        if (rst !== undefined && res.reset !== undefined) res.reset(rst);
+        else res.destroy();
+        finish();
+      }
+    };
+    const onClose = () => {
+      if (!res.writableFinished && controller !== undefined && !controller.aborted) {
+        controller.abort(new Error("client closed the connection"));
+      }
+      finish();
+    };
+    res.once("close", onClose);
+    const patterns = x.rt.scrubPatterns(x);
+    let sink: BodySink | undefined;
+    const resume = () => controller?.resume();
+
     // The request body streams straight into undici, which pauses it for backpressure. Adding
     // a 'data' listener here would switch it to flowing mode and lose chunks.
-    const body = x.body ?? x.bodyStream ?? (hasBody(x) ? x.req : null);
+    const body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
+    result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
+    let held:
+      | {
+          status: number;
+          statusMessage: string;
+          headers: IncomingHttpHeaders;
+          chunks: Buffer[];
+          size: number;
+        }
+      | undefined;
+    const release = () => {
+      // The held part grew too large to be an error body: send it and stream the rest.
+      const h = held!;
+      held = undefined;
+      sink = startResponse(res, h.status, h.statusMessage, h.headers, patterns);
+      for (const chunk of h.chunks) sink.write(chunk);
+    };
+    /** Runs a step that may refuse the answer (a body keybroker cannot scrub): abort, then. */
+    const orAbort = (c: Dispatcher.DispatchController, step: () => void): boolean => {
+      try {
+        step();
+        return true;
+      } catch (err) {
+        c.abort(err as Error);
+        return false;
+      }
+    };
+
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c;
+        if (res.destroyed) c.abort(new Error("client closed the connection"));
+      },
+      onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
+        if (statusCode < 200) return;
+        result.status = statusCode;
+        for (let i = 0; i < head.length; i++) head[i]!(x, headers);
+        if (res.destroyed) {
+          c.abort(new Error("client closed the connection"));
+          return;
+        }
+        if (hold?.(statusCode)) {
+          held = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
+          return;
+        }
+        orAbort(c, () => {
+          sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
+        });
+      },
+      onResponseData(c, chunk: Buffer) {
+        result.bytesIn += chunk.length;
+        noteStreamed(chunk.length);
+        if (held !== undefined) {
+          held.chunks.push(chunk);
+          held.size += chunk.length;
+          if (held.size <= HOLD_LIMIT) return;
+          orAbort(c, release);
+          return;
+        }
+        if (sink !== undefined && !sink.write(chunk)) {
+          c.pause();
+          sink.onceDrain(resume);
+        }
+      },
+      onResponseEnd(_c, trailers: IncomingHttpHeaders) {
+        if (held !== undefined) {
+          result.held = {
+            status: held.status,
+            statusMessage: held.statusMessage,
+            headers: held.headers,
+            body: Buffer.concat(held.chunks),
+          };
+          held = undefined;
+          res.off("close", onClose);
+          finish();
+          return;
+        }
+        // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries
+        // them only when chunked, as node writes them.
+        for (const _ in trailers) {
+          res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
+          break;
+        }
+        if (sink === undefined) res.end();
+        else sink.end(finish);
+      },
+      onResponseError(_c, err: Error) {
+        fail(err);
+      },
+    };
     const timeout = upstreamTimeoutMs(x);
-    call.sentAt = performance.now();
+    sentAt = performance.now();
     try {
       agent.dispatch(
         {
@@ -127,198 +254,10 @@ export function forward(
           headersTimeout: timeout,
           bodyTimeout: timeout,
         },
-        call,
+        handler,
       );
     } catch (err) {
-      call.fail(err);
+      fail(err);
     }
   });
-}
-
-/** An answer kept back while it may still be an error body a response stage acts on. */
-interface Holding {
-  status: number;
-  statusMessage: string;
-  headers: IncomingHttpHeaders;
-  chunks: Buffer[];
-  size: number;
-}
-
-/**
- * One forwarded attempt: undici's handler and the state between its calls, in one object whose
- * methods are shared by every request (a handler literal and its closures were a dozen function
- * objects per request). Only the client's "close" listener is a function of its own.
- */
-class Forwarding implements Dispatcher.DispatchHandler {
-  readonly #x: Exchange;
-  readonly #hold: ((status: number) => boolean) | undefined;
-  readonly #head: readonly HeadStage[];
-  readonly #resolve: (result: ForwardResult) => void;
-  readonly #reject: (err: BrokerError) => void;
-  readonly #result: ForwardResult;
-  readonly #patterns: ReturnType<Exchange["rt"]["scrubPatterns"]>;
-  readonly #onClose: () => void;
-  #controller: Dispatcher.DispatchController | undefined;
-  #sink: BodySink | undefined;
-  #held: Holding | undefined;
-  #resume: (() => void) | undefined;
-  #done = false;
-  sentAt = 0;
-
-  constructor(
-    x: Exchange,
-    hold: ((status: number) => boolean) | undefined,
-    head: readonly HeadStage[],
-    resolve: (result: ForwardResult) => void,
-    reject: (err: BrokerError) => void,
-  ) {
-    this.#x = x;
-    this.#hold = hold;
-    this.#head = head;
-    this.#resolve = resolve;
-    this.#reject = reject;
-    this.#result = {
-      status: 0,
-      bytesIn: 0,
-      bytesOut: Number(x.req.headers["content-length"] ?? 0) || 0,
-    };
-    this.#patterns = x.rt.scrubPatterns(x);
-    this.#onClose = () => this.#clientClosed();
-    x.res.once("close", this.#onClose);
-  }
-
-  #finish(): void {
-    if (this.#done) return;
-    this.#done = true;
-    this.#x.upstreamMs += performance.now() - this.sentAt;
-    this.#resolve(this.#result);
-  }
-
-  fail(failure: unknown): void {
-    if (this.#done) return;
-    const x = this.#x;
-    // A stage that cut the request body off says why (undici may report only the abort).
-    const err = x.refusedBody ?? failure;
-    if (!x.res.headersSent) {
-      this.#done = true;
-      x.upstreamMs += performance.now() - this.sentAt;
-      this.#reject(upstreamError(err, x));
-    } else {
-      // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
-      const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
-      if (rst !== undefined && x.res.reset !== undefined) x.res.reset(rst);
-      else x.res.destroy();
-      this.#finish();
-    }
-  }
-
-  #clientClosed(): void {
-    const c = this.#controller;
-    if (!this.#x.res.writableFinished && c !== undefined && !c.aborted) {
-      c.abort(new Error("client closed the connection"));
-    }
-    this.#finish();
-  }
-
-  /** The held part grew too large to be an error body: send it and stream the rest. */
-  #release(h: Holding): void {
-    const sink = startResponse(this.#x.res, h.status, h.statusMessage, h.headers, this.#patterns);
-    this.#sink = sink;
-    for (const chunk of h.chunks) sink.write(chunk);
-  }
-
-  /** Starts the answer's head and body; a body keybroker cannot scrub aborts the request. */
-  #start(
-    c: Dispatcher.DispatchController,
-    status: number,
-    message: string,
-    headers: IncomingHttpHeaders,
-  ): void {
-    try {
-      this.#sink = startResponse(this.#x.res, status, message, headers, this.#patterns);
-    } catch (err) {
-      c.abort(err as Error);
-    }
-  }
-
-  onRequestStart(c: Dispatcher.DispatchController): void {
-    this.#controller = c;
-    if (this.#x.res.destroyed) c.abort(new Error("client closed the connection"));
-  }
-
-  onResponseStart(
-    c: Dispatcher.DispatchController,
-    statusCode: number,
-    headers: IncomingHttpHeaders,
-    statusMessage?: string,
-  ): void {
-    if (statusCode < 200) return;
-    const x = this.#x;
-    this.#result.status = statusCode;
-    const head = this.#head;
-    for (let i = 0; i < head.length; i++) head[i]!(x, headers);
-    if (x.res.destroyed) {
-      c.abort(new Error("client closed the connection"));
-      return;
-    }
-    if (this.#hold?.(statusCode)) {
-      this.#held = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
-      return;
-    }
-    this.#start(c, statusCode, statusMessage ?? "", headers);
-  }
-
-  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
-    this.#result.bytesIn += chunk.length;
-    noteStreamed(chunk.length);
-    const held = this.#held;
-    if (held !== undefined) {
-      held.chunks.push(chunk);
-      held.size += chunk.length;
-      if (held.size <= HOLD_LIMIT) return;
-      this.#held = undefined;
-      try {
-        this.#release(held);
-      } catch (err) {
-        c.abort(err as Error);
-      }
-      return;
-    }
-    const sink = this.#sink;
-    if (sink !== undefined && !sink.write(chunk)) {
-      c.pause();
-      this.#resume ??= () => this.#controller?.resume();
-      sink.onceDrain(this.#resume);
-    }
-  }
-
-  onResponseEnd(_c: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
-    const held = this.#held;
-    if (held !== undefined) {
-      this.#result.held = {
-        status: held.status,
-        statusMessage: held.statusMessage,
-        headers: held.headers,
-        body: Buffer.concat(held.chunks),
-      };
-      this.#held = undefined;
-      this.#x.res.off("close", this.#onClose);
-      this.#finish();
-      return;
-    }
-    // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries them
-    // only when chunked, as node writes them.
-    for (const _ in trailers) {
-      const patterns = this.#patterns;
-      this.#x.res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
-      break;
-    }
-    const sink = this.#sink;
-    if (sink === undefined) this.#x.res.end();
-    else sink.end(() => this.#finish());
-  }
-
-  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
-    this.fail(err);
-  }
 }
