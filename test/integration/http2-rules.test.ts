@@ -261,7 +261,9 @@ describe("rules per HTTP/2 stream", () => {
     // Stream 1 stays open upstream: the broker counted it when it sent it.
     const slow = h2Request(s.session, { ":method": "GET", ":path": "/v1/slow", "x-api-key": ph });
     await expect
-      .poll(() => h2.received.slice(before).some((g) => g.headers[":path"] === "/v1/slow"))
+      .poll(() => h2.received.slice(before).some((g) => g.headers[":path"] === "/v1/slow"), {
+        timeout: 10_000,
+      })
       .toBe(true);
     const get = () => h2Request(s.session, { ":method": "GET", ":path": "/v1/models", "x-api-key": ph });
     expect((await get()).status).toBe(200);
@@ -303,7 +305,7 @@ describe("rules per HTTP/2 stream", () => {
     s.close();
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 503]);
     await expect
-      .poll(() => requestCounts("worker"))
+      .poll(() => requestCounts("worker"), { timeout: 10_000 })
       .toEqual({
         "decision=injected,provider=anthropic,status=2xx": 3,
         "decision=injected,provider=anthropic,status=5xx": 1,
