@@ -7,13 +7,17 @@ import { type ClientHttp2Session, connect as h2connect, type IncomingHttpHeaders
 import { type TLSSocket, connect as tlsConnect } from "node:tls";
 import { connectThrough } from "./raw.js";
 
-/** An HTTP/2 session to `host:443` inside an intercepted connection; its ALPN is what the broker chose. */
+/**
+ * An HTTP/2 session to `host:443` inside an intercepted connection; its ALPN is what the broker
+ * chose. `client` ("name:token"): the tunnel is opened as that client.
+ */
 export async function h2Through(
   port: number,
   host: string,
   caPath: string,
+  client?: string,
 ): Promise<{ session: ClientHttp2Session; tls: TLSSocket }> {
-  const socket = await connectThrough(port, `${host}:443`);
+  const socket = await connectThrough(port, `${host}:443`, client);
   const tls = tlsConnect({
     socket,
     servername: host,

@@ -39,10 +39,15 @@ export async function rawExchange(port: number, request: string): Promise<string
   return (await closed).text;
 }
 
-/** A CONNECT on a fresh connection; resolves with the socket once the broker answered 200. */
-export async function connectThrough(port: number, target: string): Promise<Socket> {
+/**
+ * A CONNECT on a fresh connection; resolves with the socket once the broker answered 200.
+ * `client` ("name:token") is sent as the Proxy-Authorization a named client's proxy URL carries.
+ */
+export async function connectThrough(port: number, target: string, client?: string): Promise<Socket> {
   const socket = await openSocket(port);
-  socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+  const auth =
+    client === undefined ? "" : `Proxy-Authorization: Basic ${Buffer.from(client).toString("base64")}\r\n`;
+  socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n${auth}\r\n`);
   const [head] = (await once(socket, "data")) as [Buffer];
   if (!head.toString().startsWith("HTTP/1.1 200")) throw new Error(`CONNECT refused: ${head.toString()}`);
   return socket;
