@@ -15,9 +15,9 @@ export const ANSWERS = {
   gemini: "Answer-from-the-fake-Gemini-API",
 } as const;
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 
-function parse(body: Buffer): Json {
+export function parse(body: Buffer): Json {
   try {
     return JSON.parse(body.toString("utf8")) as Json;
   } catch {
@@ -25,14 +25,14 @@ function parse(body: Buffer): Json {
   }
 }
 
-function json(res: ServerResponse, value: unknown): void {
+export function json(res: ServerResponse, value: unknown): void {
   const body = JSON.stringify(value);
   res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
 }
 
 /** Server-sent events: `[event name or undefined, data]` pairs, then the end of the response. */
-function sse(res: ServerResponse, events: [string | undefined, unknown][]): void {
+export function sse(res: ServerResponse, events: [string | undefined, unknown][]): void {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
   for (const [name, data] of events) {
     const text = typeof data === "string" ? data : JSON.stringify(data);
@@ -75,7 +75,7 @@ function messagesEvents(model: string): [string, Json][] {
   ];
 }
 
-function anthropicMessages(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
+export function anthropicMessages(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   const request = parse(body);
   const model = String(request.model ?? "claude-fake");
   if (request.stream === true) {
@@ -126,7 +126,7 @@ function responsesEvents(model: string): Json[] {
   return events.map((e, i) => ({ ...e, sequence_number: i }));
 }
 
-function responses(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
+export function responses(_req: IncomingMessage, res: ServerResponse, body: Buffer): void {
   const model = String(parse(body).model ?? "gpt-fake");
   sse(
     res,
@@ -174,19 +174,24 @@ function instanceOf(schema: Json | undefined): unknown {
   return ANSWERS.gemini;
 }
 
-function gemini(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
-  const url = new URL(req.url ?? "/", "https://generativelanguage.googleapis.com");
-  const model = /\/models\/([^/:]+):/.exec(url.pathname)?.[1] ?? "gemini-fake";
+/** A generateContent answer to `request` (its generationConfig decides text or JSON). */
+export function geminiAnswer(request: Json, model: string): Json {
   // Structured output (Gemini CLI rates each prompt with a small model first): JSON of the schema.
-  const config = (parse(body).generationConfig ?? {}) as Json;
+  const config = (request.generationConfig ?? {}) as Json;
   const schema = (config.responseJsonSchema ?? config.responseSchema) as Json | undefined;
   const text =
     config.responseMimeType === "application/json" ? JSON.stringify(instanceOf(schema)) : ANSWERS.gemini;
-  const answer = {
+  return {
     candidates: [{ content: { role: "model", parts: [{ text }] }, finishReason: "STOP", index: 0 }],
     usageMetadata: { promptTokenCount: 5, candidatesTokenCount: 5, totalTokenCount: 10 },
     modelVersion: model,
   };
+}
+
+function gemini(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
+  const url = new URL(req.url ?? "/", "https://generativelanguage.googleapis.com");
+  const model = /\/models\/([^/:]+):/.exec(url.pathname)?.[1] ?? "gemini-fake";
+  const answer = geminiAnswer(parse(body), model);
   if (!url.pathname.endsWith(":streamGenerateContent")) {
     json(res, answer);
     return;
@@ -268,7 +273,7 @@ export interface SocketMessage {
 }
 
 /** The Responses API over WebSocket: each `response.create` message gets the events back. */
-function responsesSocket(req: IncomingMessage, socket: Socket, messages: SocketMessage[]): void {
+export function responsesSocket(req: IncomingMessage, socket: Socket, messages: SocketMessage[]): void {
   const accept = createHash("sha1")
     .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
     .digest("base64");

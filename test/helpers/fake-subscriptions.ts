@@ -16,7 +16,8 @@
 // accept only access tokens currently valid.
 import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { FakeUpstream } from "./upstream.js";
+import type { Socket } from "node:net";
+import type { FakeUpstream, Route } from "./upstream.js";
 
 export type Vendor = "codex" | "claude" | "gemini";
 
@@ -65,6 +66,13 @@ export interface FakeVendor {
   /** A grant signed in before keybroker (its tokens, as the agent's file holds them). */
   login(): Record<string, unknown>;
   valid(access: string): boolean;
+  /**
+   * What an agent needs printed: a backend request with a valid token is answered by the route
+   * here under its key ("POST /v1/messages"), else with `{ ok, echo }` (phantom-agents.test.ts).
+   */
+  readonly answers: Map<string, Route>;
+  /** Codex's Responses over a WebSocket: the upgrade, once the token is checked. */
+  socket?: (req: IncomingMessage, socket: Socket) => void;
 }
 
 const hex = (n = 18) => randomBytes(n).toString("hex");
@@ -112,6 +120,7 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     account: ACCOUNT_ID,
     limitedAccounts: new Set(),
     failing: false,
+    answers: new Map(),
     code() {
       const c = `code-${hex(8)}`;
       codes.add(c);
@@ -239,12 +248,14 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   });
   const backend =
     (check: (req: IncomingMessage) => boolean, limitBody: unknown) =>
-    (req: IncomingMessage, res: ServerResponse) => {
+    (req: IncomingMessage, res: ServerResponse, body: Buffer) => {
       const ok = fake.valid(bearer(req)) && check(req);
       const account = req.headers["chatgpt-account-id"];
       const limited = fake.limited || (typeof account === "string" && fake.limitedAccounts.has(account));
       const status = !ok ? 401 : limited ? 429 : 200;
       fake.backend.push(status);
+      const answer = fake.answers.get(`${req.method} ${(req.url ?? "/").split("?")[0]}`);
+      if (status === 200 && answer !== undefined) return void answer(req, res, body);
       json(
         res,
         status,
@@ -272,19 +283,39 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
         },
       ),
     );
+    u.upgrades.set("/backend-api/codex/responses", (req, socket) => {
+      const ok = fake.valid(bearer(req)) && fake.socket !== undefined;
+      fake.backend.push(ok ? 101 : 401);
+      if (ok) return fake.socket!(req, socket);
+      socket.end("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    });
   } else if (vendor === "claude") {
+    const oauthBeta = (req: IncomingMessage) =>
+      String(req.headers["anthropic-beta"] ?? "").includes("oauth-2025-04-20");
     u.routes.set(
       "POST /v1/messages",
-      backend((req) => String(req.headers["anthropic-beta"] ?? "").includes("oauth-2025-04-20"), {
-        type: "error",
-        error: { type: "rate_limit_error" },
-      }),
+      backend(oauthBeta, { type: "error", error: { type: "rate_limit_error" } }),
+    );
+    // Claude Code asks for its profile without the beta header.
+    u.routes.set(
+      "GET /api/oauth/profile",
+      backend(() => true, {}),
     );
   } else {
-    u.routes.set(
-      "POST /v1internal:generateContent",
-      backend(() => true, { error: { status: "RESOURCE_EXHAUSTED" } }),
-    );
+    // Code Assist's methods (Gemini CLI's sign-in with Google): all on the one backend check.
+    for (const method of [
+      "generateContent",
+      "streamGenerateContent",
+      "loadCodeAssist",
+      "onboardUser",
+      "listExperiments",
+      "retrieveUserQuota",
+      "countTokens",
+    ])
+      u.routes.set(
+        `POST /v1internal:${method}`,
+        backend(() => true, { error: { status: "RESOURCE_EXHAUSTED" } }),
+      );
     u.routes.set(
       "GET /oauth2/v2/userinfo",
       backend(() => true, {}),
