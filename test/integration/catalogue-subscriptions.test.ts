@@ -30,7 +30,14 @@ it.each([
   "auth add %s needs no rule file",
   async (provider, endpoint, params) => {
     const home = tempHome();
-    const r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
+    // The redirect port is the agent's fixed one (1455, 53692): inside the ephemeral range, so
+    // another test's outgoing connection may hold it for a moment. `auth add` then says so and
+    // stores nothing; try again.
+    let r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
+    for (let i = 0; i < 5 && /is in use/.test(r.stderr); i++) {
+      await new Promise((done) => setTimeout(done, 500));
+      r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
+    }
     const url = new URL(/https:\/\/\S+/.exec(r.stdout + r.stderr)![0]);
     expect(`${url.origin}${url.pathname}`).toBe(endpoint);
     for (const [k, v] of Object.entries(params)) expect(url.searchParams.get(k), k).toBe(v);
