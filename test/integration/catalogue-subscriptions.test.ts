@@ -30,15 +30,17 @@ it.each([
   "auth add %s needs no rule file",
   async (provider, endpoint, params) => {
     const home = tempHome();
-    // The redirect port is the agent's fixed one (1455, 53692): inside the ephemeral range, so
-    // another test's outgoing connection may hold it for a moment. `auth add` then says so and
-    // stores nothing; try again.
+    // The redirect port is the agent's own fixed one (1455, 53692): the real agents another test
+    // file runs at the same time may hold it while they run, and it is in the ephemeral range.
+    // `auth add` then says so and stores nothing; try again until it is free.
     let r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
-    for (let i = 0; i < 5 && /is in use/.test(r.stderr); i++) {
-      await new Promise((done) => setTimeout(done, 500));
+    for (let i = 0; i < 90 && /is in use/.test(r.stderr); i++) {
+      await new Promise((done) => setTimeout(done, 1000));
       r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
     }
-    const url = new URL(/https:\/\/\S+/.exec(r.stdout + r.stderr)![0]);
+    const shown = /https:\/\/\S+/.exec(r.stdout + r.stderr);
+    expect(shown, r.stdout + r.stderr).not.toBeNull();
+    const url = new URL(shown![0]);
     expect(`${url.origin}${url.pathname}`).toBe(endpoint);
     for (const [k, v] of Object.entries(params)) expect(url.searchParams.get(k), k).toBe(v);
     expect(url.searchParams.get("code_challenge_method")).toBe("S256");
@@ -46,5 +48,5 @@ it.each([
     expect(r.status).not.toBe(0);
     expect(r.stderr).not.toContain("unknown provider");
   },
-  30_000,
+  120_000,
 );
