@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import type { Exchange, Mode } from "../../proxy/exchange.js";
 import { forwardableRequestHeaders } from "../../proxy/headers.js";
+import { exchangeFor } from "../../proxy/listener/exchange-for.js";
 import { Runtime } from "../../proxy/runtime.js";
 import { PoolState } from "../../secrets/pool.js";
 import { createSecretResolver } from "../../secrets/sources.js";
@@ -70,37 +71,19 @@ export function testExchange(rt: Runtime, init: RequestInit): Exchange {
   const client = rt.clients.get(init.client ?? "default");
   if (client === undefined) throw new Error(`no client ${init.client} in the test rules`);
   const provider = mode === "reverse" ? rt.providerForHost(init.host, port) : undefined;
-  return {
-    req,
-    res: {} as ServerResponse,
-    method: init.method ?? "GET",
+  const target = {
     mode,
-    rt,
     client,
     host: init.host,
     port,
-    scheme: mode === "plain" ? "http" : "https",
+    scheme: mode === "plain" ? ("http" as const) : ("https" as const),
     sni: init.sni ?? (mode === "intercept" ? init.host : undefined),
     path: init.path ?? "/",
-    headers: forwardableRequestHeaders(rawHeaders, undefined),
     provider,
-    secret: undefined,
-    placeholder: undefined,
-    placeholderSeenAt: [],
-    startedAt: performance.now(),
-    pools: testPools(),
-    injection: undefined,
-    body: undefined,
-    reverseRest: undefined,
-    tried: new Set(),
-    upstreamMs: 0,
-    heldMs: 0,
-    result: undefined,
-    status: 0,
-    refusal: undefined,
-    reauthorized: false,
-    exhausted: undefined,
   };
+  const headers = forwardableRequestHeaders(rawHeaders, undefined);
+  // The broker's own starting literal (listener/exchange-for.ts), so a test exchange has its shape.
+  return exchangeFor(req, {} as ServerResponse, init.method ?? "GET", headers, target, rt, testPools());
 }
 
 /** The header's value as it would go upstream (the last one set). */
