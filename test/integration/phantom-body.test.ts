@@ -2,33 +2,16 @@
 // host without its provider is refused like a placeholder (403 placeholder_host_mismatch), and
 // nothing reaches that host.
 import { request } from "undici";
-import { afterEach, expect, it } from "vitest";
-import {
-  CLIENT_IDS,
-  type FakeVendor,
-  installVendor,
-  subscriptionRules,
-} from "../helpers/fake-subscriptions.js";
-import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
-import { oauthLeaks } from "../helpers/oauth-leaks.js";
-
-const open: { f: InProcessFixture; fake: FakeVendor }[] = [];
-afterEach(async () => {
-  for (const { f, fake } of open.splice(0)) {
-    await f.close();
-    expect(oauthLeaks(f, fake.issued)).toEqual([]);
-  }
-});
+import { expect, it } from "vitest";
+import { CLIENT_IDS } from "../helpers/fake-subscriptions.js";
+import { startSubscriptionFixture } from "../helpers/subscription-fixture.js";
 
 it("a phantom in a JSON body toward another host is refused under intercept: all", async () => {
-  let fake!: FakeVendor;
-  const f = await startInProcessFixture({
-    rules: (u) => {
-      fake = installVendor(u, "codex");
-      return `intercept: all\n${subscriptionRules(u).replace("resolve:\n", `resolve:\n  "evil.example:443": "127.0.0.1:${u.port}"\n`)}`;
-    },
-  });
-  open.push({ f, fake });
+  const { f, fake } = await startSubscriptionFixture(
+    "codex",
+    (rules, u) =>
+      `intercept: all\n${rules.replace("resolve:\n", `resolve:\n  "evil.example:443": "127.0.0.1:${u.port}"\n`)}`,
+  );
   const agent = f.proxyAgent();
   const signIn = await request("https://auth.openai.com/oauth/token", {
     method: "POST",

@@ -2,33 +2,12 @@
 // keybroker are two logins of codex-oauth; a usage-limit answer to one account's phantom marks
 // only that login, and the other account's phantom keeps being served.
 import { request } from "undici";
-import { afterEach, expect, it } from "vitest";
-import {
-  CLIENT_IDS,
-  type FakeVendor,
-  installVendor,
-  subscriptionRules,
-} from "../helpers/fake-subscriptions.js";
-import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
-import { oauthLeaks } from "../helpers/oauth-leaks.js";
-
-const open: { f: InProcessFixture; fake: FakeVendor }[] = [];
-afterEach(async () => {
-  for (const { f, fake } of open.splice(0)) {
-    await f.close();
-    expect(oauthLeaks(f, fake.issued)).toEqual([]);
-  }
-});
+import { expect, it } from "vitest";
+import { CLIENT_IDS } from "../helpers/fake-subscriptions.js";
+import { startSubscriptionFixture } from "../helpers/subscription-fixture.js";
 
 it("a usage limit marks only the login whose phantom got it", async () => {
-  let fake!: FakeVendor;
-  const f = await startInProcessFixture({
-    rules: (u) => {
-      fake = installVendor(u, "codex");
-      return subscriptionRules(u);
-    },
-  });
-  open.push({ f, fake });
+  const { f, fake } = await startSubscriptionFixture("codex");
   const agent = f.proxyAgent();
   const signIn = async (account: string) => {
     fake.account = account;
