@@ -236,3 +236,23 @@ export function homeArgs(args: string[], home: string, config: string): string[]
     (args[0] === "admin" && args[1] === "password");
   return readsNoRules ? [...args, "--home", home] : [...args, "--home", home, "--config", config];
 }
+
+/**
+ * Fails with what to do when the user nobody cannot read the CLI (tests that run the broker or
+ * `run --isolate` as another user need the checkout and node readable by others).
+ */
+export async function assertNobodyCanRunTheCli(): Promise<void> {
+  const readable = await runProcess("runuser", [
+    "-u",
+    "nobody",
+    "--",
+    process.execPath,
+    "-e",
+    `require("fs").readFileSync(${JSON.stringify(CLI)})`,
+  ]);
+  if (readable.status !== 0) {
+    throw new Error(
+      `the user nobody cannot run ${process.execPath} ${CLI} (${readable.stderr.trim()}): the checkout and node must be readable by other users for this test`,
+    );
+  }
+}

@@ -21,7 +21,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI, findSecrets, runProcess } from "../helpers/broker.js";
+import { assertNobodyCanRunTheCli, CLI, findSecrets, runProcess } from "../helpers/broker.js";
 import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";
 import { startUpstream } from "../helpers/upstream.js";
@@ -250,19 +250,7 @@ describe("run --isolate: the running broker listens inside the launch", () => {
 
 describe("unprivileged: broker and run --isolate as the user nobody", () => {
   it("the broker enters the launch's user namespace and listens there: no relay", async () => {
-    const readable = await runProcess("runuser", [
-      "-u",
-      "nobody",
-      "--",
-      process.execPath,
-      "-e",
-      `require("fs").readFileSync(${JSON.stringify(CLI)})`,
-    ]);
-    if (readable.status !== 0) {
-      throw new Error(
-        `the user nobody cannot run ${process.execPath} ${CLI} (${readable.stderr.trim()}): the checkout and node must be readable by other users for this test`,
-      );
-    }
+    await assertNobodyCanRunTheCli();
     const upstream = await startUpstream();
     const dir = mkdtempSync(join(tmpdir(), "kb-direct-nobody-"));
     chmodSync(dir, 0o755);

@@ -17,7 +17,15 @@ import {
 import { createServer, type Server } from "node:net";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI, type CliResult, cliAsync, findSecrets, runProcess, tempHome } from "../helpers/broker.js";
+import {
+  assertNobodyCanRunTheCli,
+  CLI,
+  type CliResult,
+  cliAsync,
+  findSecrets,
+  runProcess,
+  tempHome,
+} from "../helpers/broker.js";
 import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";
 import { startUpstream } from "../helpers/upstream.js";
@@ -354,19 +362,7 @@ describe("without --isolate", () => {
 
 describe("unprivileged: run --isolate as the user nobody", () => {
   it("isolates with user namespaces alone, and the request still gets the real key", async () => {
-    const readable = await runProcess("runuser", [
-      "-u",
-      "nobody",
-      "--",
-      process.execPath,
-      "-e",
-      `require("fs").readFileSync(${JSON.stringify(CLI)})`,
-    ]);
-    if (readable.status !== 0) {
-      throw new Error(
-        `the user nobody cannot run ${process.execPath} ${CLI} (${readable.stderr.trim()}): the checkout and node must be readable by other users for this test`,
-      );
-    }
+    await assertNobodyCanRunTheCli();
     const upstream = await startUpstream();
     const dir = tempHome();
     chmodSync(dir, 0o755);
