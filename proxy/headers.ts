@@ -5,6 +5,16 @@ import type { IncomingHttpHeaders } from "node:http";
 export type HeaderList = string[];
 
 /** Hop-by-hop and proxy headers: never forwarded in either direction (RFC 9110 §7.6.1). */
+/** Header fields HTTP/2 forbids (RFC 9113 §8.2.2), besides `host` (`:authority` there). */
+export const CONNECTION_SPECIFIC = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "http2-settings",
+]);
+
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",

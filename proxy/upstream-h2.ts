@@ -21,17 +21,7 @@ import {
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import type { Dispatcher } from "undici";
-import type { HeaderList } from "./headers.js";
-
-/** Fields HTTP/2 forbids (RFC 9113 §8.2.2), besides `host`, which is `:authority`. */
-const CONNECTION_SPECIFIC = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "upgrade",
-  "http2-settings",
-]);
+import { CONNECTION_SPECIFIC, type HeaderList } from "./headers.js";
 
 /** How long an HTTP/2 upstream session may sit without streams before it is closed. */
 const IDLE_MS = 30_000;

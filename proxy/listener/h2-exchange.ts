@@ -8,20 +8,10 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from
 import { constants } from "node:http2";
 import type { PoolState } from "../../secrets/pool.js";
 import type { Exchange, ExchangeRequest, ExchangeResponse } from "../exchange.js";
-import { forwardableRequestHeaders, type HeaderList } from "../headers.js";
+import { CONNECTION_SPECIFIC, forwardableRequestHeaders, type HeaderList } from "../headers.js";
 import type { Runtime } from "../runtime.js";
 import { exchangeFor } from "./exchange-for.js";
 import type { Target } from "./request-target.js";
-
-/** Response fields HTTP/2 forbids (RFC 9113 §8.2.2): an HTTP/1.1 upstream's, dropped on the way. */
-const CONNECTION_SPECIFIC = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "upgrade",
-  "http2-settings",
-]);
 
 function h2Head(status: number, headers: OutgoingHttpHeaders | undefined): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = { [constants.HTTP2_HEADER_STATUS]: status };
