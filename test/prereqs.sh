@@ -15,6 +15,9 @@ agents=test/agents
 if [ ! -f "$agents/node_modules/.package-lock.json" ] || [ "$agents/package-lock.json" -nt "$agents/node_modules/.package-lock.json" ]; then
   echo "test prerequisites: installing the agents in $agents (npm install)" >&2
   npm install --prefix "$agents" --no-audit --no-fund --loglevel=error >/dev/null
+  # npm rewrites the lock too, sometimes a moment after its own record: mark the install as the
+  # newer of the two, or every later run would install again.
+  touch "$agents/node_modules/.package-lock.json"
 fi
 
 missing=()
