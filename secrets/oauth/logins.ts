@@ -122,6 +122,11 @@ export class OAuthLogins {
           : new Secret(login.accessToken, login.id, "oauth"),
     };
     map.set(login.id, entry);
+    // A login new to the broker goes in its place by label: logins added while the broker runs
+    // are read back in whatever order their reads finish, and fill_first takes the first.
+    if (held === undefined && map.size > 1) {
+      this.#byProvider.set(login.provider, new Map([...map].sort(([a], [b]) => (a < b ? -1 : 1))));
+    }
     this.#opts.onHeld?.(login, login.provider, login.id);
     if (held !== undefined && held.login.createdAt !== login.createdAt) {
       this.#opts.onReplaced?.(login.provider, login.id);
