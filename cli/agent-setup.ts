@@ -3,9 +3,9 @@
 // without printing or passing any real provider secret.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { type AgentView, agentView } from "../admin/agent-view.js";
 import { UserError } from "../core/errors.js";
+import { builtFile } from "../core/package-root.js";
 import type { Runtime } from "../proxy/runtime.js";
 import { ruleTextDigest } from "../rules/digest.js";
 import type { Rules } from "../rules/types.js";
@@ -70,8 +70,8 @@ export async function clientToken(ctx: Context, rules: Rules, view: AgentView): 
   return resolution.secret.reveal();
 }
 
-/** The module `run` preloads into Node agents (built beside this file in dist/cli/). */
-export const NODE_PRELOAD = fileURLToPath(new URL("./node-preload.js", import.meta.url));
+/** The module `run` preloads into Node agents. */
+export const NODE_PRELOAD = builtFile("cli/node-preload.js");
 
 /** Proxy, CA bundle and placeholder variables for the view's client, toward `broker`. */
 export async function buildAgentVariables(

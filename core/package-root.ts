@@ -13,3 +13,13 @@ export function packageRoot(): string {
   root = dir;
   return root;
 }
+
+/**
+ * A file of keybroker's build that runs on its own (a child process, a preload), by its path
+ * under dist/: the same file whether the caller runs from the sources (tests) or from a bundle
+ * in dist/chunks/ (scripts/bundle.mjs), where a path relative to the caller's own file would
+ * point elsewhere.
+ */
+export function builtFile(relative: string): string {
+  return join(packageRoot(), "dist", relative);
+}

@@ -6,7 +6,7 @@
 // where a child process gives everything back. The compiled rules are plain data (maps, arrays,
 // strings) and cross over as a structured clone ("advanced" IPC serialization).
 import { fork } from "node:child_process";
-import { fileURLToPath } from "node:url";
+import { builtFile } from "../core/package-root.js";
 import { type Problem, RuleFileError } from "./errors.js";
 import type { Rules } from "./types.js";
 
@@ -15,7 +15,7 @@ export type IsolatedResult =
   | { readonly ok: false; readonly origin: string; readonly problems: readonly Problem[] }
   | { readonly ok: false; readonly message: string; readonly origin?: undefined };
 
-const CHILD = fileURLToPath(new URL("./load-child.js", import.meta.url));
+const CHILD = builtFile("rules/load-child.js");
 /** What is kept of the child's stderr for an error message. */
 const STDERR_LIMIT = 2000;
 

@@ -58,15 +58,14 @@ function rebuildIfStale(): void {
   if (stale.length === 0) return;
   const shown = stale.slice(0, 3).join(", ") + (stale.length > 3 ? `, … (${stale.length})` : "");
   process.stderr.write(`dist/ is older than ${shown}: rebuilding (npm run build)\n`);
-  const r = spawnSync(
-    process.execPath,
+  // npm run build's two steps: tsc, then the bundles over the entry points (scripts/bundle.mjs).
+  for (const step of [
     [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"],
-    {
-      cwd: ROOT,
-      stdio: "inherit",
-    },
-  );
-  if (r.status !== 0) throw new Error("npm run build failed: the integration tests would run an old dist/");
+    [join(ROOT, "scripts/bundle.mjs")],
+  ]) {
+    const r = spawnSync(process.execPath, step, { cwd: ROOT, stdio: "inherit" });
+    if (r.status !== 0) throw new Error("npm run build failed: the integration tests would run an old dist/");
+  }
   const left = staleSources();
   if (left.length > 0) throw new Error(`after the build, dist/ is still older than ${left.join(", ")}`);
 }

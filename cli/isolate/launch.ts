@@ -9,14 +9,14 @@ import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { connect, Server, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { basename, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { BUNDLE_FILE, bundleDirFor } from "../../certs/bundle.js";
+import { builtFile } from "../../core/package-root.js";
 import type { HiddenPaths } from "./hidden-paths.js";
 import { type AllowedConnect, type JailMessage, type JailPlan, namespaceRefusal } from "./plan.js";
 import { dropSocketVariables } from "./private-folders.js";
 import { connectThrough, splice } from "./relay.js";
 
-const JAIL = fileURLToPath(new URL("./jail.js", import.meta.url));
+const JAIL = builtFile("cli/isolate/jail.js");
 
 /** The launch's folder, made before the agent's variables (they name the bundle copy). */
 export interface LaunchDir {

@@ -108,8 +108,6 @@ describe("Node agents under keybroker run", () => {
     expect(options).toContain("--disable-warning=UNDICI-EHPA");
     const preload = options.find((o) => o.startsWith("--import="));
     expect(preload).toMatch(/^--import=file:\/\/\/.*\/dist\/cli\/node-preload\.js$/);
-    expect(decodeURIComponent(new URL(preload!.slice("--import=".length)).pathname)).toBe(
-      NODE_PRELOAD.replace(/[\\/]cli[\\/]/, "/dist/cli/"),
-    );
+    expect(decodeURIComponent(new URL(preload!.slice("--import=".length)).pathname)).toBe(NODE_PRELOAD);
   });
 });
