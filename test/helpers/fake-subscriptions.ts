@@ -3,7 +3,8 @@
 //
 //   codex   auth.openai.com/oauth/{token,revoke} (JSON or form; JWT access and id tokens with
 //           the `https://api.openai.com/auth` claims Codex reads; the id-token exchange for an
-//           API key), backend chatgpt.com/backend-api/codex/responses (chatgpt-account-id)
+//           API key), backend chatgpt.com/backend-api/codex/responses (chatgpt-account-id, HTTPS
+//           or WebSocket) and the workspace routing discovery /backend-api/wham/accounts/check
 //   claude  platform.claude.com/v1/oauth/{token,revoke} (JSON; opaque sk-ant-oat01 / ort01
 //           tokens, `account`), backend api.anthropic.com/v1/messages (anthropic-beta oauth)
 //   gemini  oauth2.googleapis.com/{token,tokeninfo,revoke} (form, the installed-app client
@@ -103,6 +104,17 @@ const phantomIn = (req: IncomingMessage, body: Buffer) =>
   /kbph_|eyJrYmwiOi/.test(`${req.url ?? ""} ${JSON.stringify(req.headers)} ${body.toString()}`);
 
 const bearer = (req: IncomingMessage) => String(req.headers.authorization ?? "").replace(/^Bearer /i, "");
+
+/** The ChatGPT account a Codex access token (a JWT) was issued for. */
+function accountOf(req: IncomingMessage): string | undefined {
+  try {
+    const payload = Buffer.from(bearer(req).split(".")[1] ?? "", "base64url").toString();
+    const claims = JSON.parse(payload) as Record<string, Record<string, string> | undefined>;
+    return claims["https://api.openai.com/auth"]?.chatgpt_account_id;
+  } catch {
+    return undefined;
+  }
+}
 
 export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   const grants: Grant[] = [];
@@ -270,21 +282,43 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     u.routes.set(
       "POST /backend-api/codex/responses",
       backend(
-        (req) => {
-          // The account header must name the account of the token presented.
-          const payload = Buffer.from(bearer(req).split(".")[1] ?? "", "base64url").toString() || "{}";
-          const claims = JSON.parse(payload) as Record<string, Record<string, string> | undefined>;
-          return (
-            req.headers["chatgpt-account-id"] === claims["https://api.openai.com/auth"]?.chatgpt_account_id
-          );
-        },
+        // The account header must name the account of the token presented.
+        (req) => req.headers["chatgpt-account-id"] === accountOf(req),
         {
           error: { type: "usage_limit_reached", resets_in_seconds: 600 },
         },
       ),
     );
+    // Workspace routing discovery (Codex 0.156+, codex-rs backend-client `get_accounts_check`):
+    // the accounts the token's user belongs to; Codex looks for its own account id in the list
+    // and stops with "selected workspace missing from routing discovery" when it is absent.
+    u.routes.set(
+      "GET /backend-api/wham/accounts/check",
+      backend(() => true, {}),
+    );
+    fake.answers.set("GET /backend-api/wham/accounts/check", (req, res) => {
+      const id = accountOf(req);
+      json(res, 200, {
+        accounts: [
+          {
+            id,
+            name: null,
+            profile_picture_url: null,
+            structure: "personal",
+            plan_type: "pro",
+            workspace_backend_origin: "NO_CONSTRAINT",
+            account_routing_override: "NO_CONSTRAINT",
+          },
+        ],
+        account_ordering: [id],
+        default_account_id: id,
+      });
+    });
     u.upgrades.set("/backend-api/codex/responses", (req, socket) => {
-      const ok = fake.valid(bearer(req)) && fake.socket !== undefined;
+      const ok =
+        fake.valid(bearer(req)) &&
+        req.headers["chatgpt-account-id"] === accountOf(req) &&
+        fake.socket !== undefined;
       fake.backend.push(ok ? 101 : 401);
       if (ok) return fake.socket!(req, socket);
       socket.end("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
