@@ -15,7 +15,7 @@
 // `reuses` and revokes the whole grant. Every request that reached a token endpoint carrying
 // something shaped like a keybroker phantom counts in `phantomsSeen` (must stay 0). Backends
 // accept only access tokens currently valid.
-import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FakeUpstream, Route } from "./upstream.js";
@@ -121,6 +121,8 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   const access = new Map<string, number>(); // token → expiry (ms)
   const idTokens = new Set<string>();
   const codes = new Set<string>();
+  // Codes of a browser sign-in (GET /oauth/authorize): the PKCE challenge and redirect they were issued for.
+  const pkce = new Map<string, { challenge: string; redirect: string }>();
   const fake: FakeVendor = {
     issued: [],
     refreshes: 0,
@@ -223,9 +225,18 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     if (vendor === "gemini" && p.client_secret !== GEMINI_SECRET)
       return json(res, 401, { error: "invalid_client" });
     switch (p.grant_type) {
-      case "authorization_code":
-        if (!codes.delete(p.code ?? "")) return json(res, 400, { error: "invalid_grant" });
+      case "authorization_code": {
+        const code = p.code ?? "";
+        const bound = pkce.get(code);
+        pkce.delete(code);
+        if (!codes.delete(code)) return json(res, 400, { error: "invalid_grant" });
+        const verified = createHash("sha256")
+          .update(p.code_verifier ?? "")
+          .digest("base64url");
+        if (bound !== undefined && (verified !== bound.challenge || p.redirect_uri !== bound.redirect))
+          return json(res, 400, { error: "invalid_grant", error_description: "PKCE verification failed" });
         return json(res, 200, issue(newGrant(), true));
+      }
       case "refresh_token": {
         fake.refreshes++;
         const rt = p.refresh_token ?? "";
@@ -251,6 +262,30 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
         return json(res, 400, { error: "unsupported_grant_type" });
     }
   });
+  if (vendor === "codex") {
+    // The browser's part of Codex's sign-in: the user is taken as signed in at once, and the
+    // browser sent back to the agent's loopback redirect with a code and the agent's state.
+    u.routes.set("GET /oauth/authorize", (req, res) => {
+      const q = new URL(req.url ?? "/", "https://auth.openai.com").searchParams;
+      const [challenge, redirect, state] = ["code_challenge", "redirect_uri", "state"].map((k) => q.get(k));
+      if (
+        q.get("client_id") !== CLIENT_IDS.codex ||
+        q.get("response_type") !== "code" ||
+        q.get("code_challenge_method") !== "S256" ||
+        !challenge ||
+        !redirect ||
+        !state
+      )
+        return json(res, 400, { error: "invalid_request" });
+      const code = fake.code();
+      pkce.set(code, { challenge, redirect });
+      const back = new URL(redirect);
+      back.searchParams.set("code", code);
+      back.searchParams.set("state", state);
+      res.writeHead(302, { location: back.toString() });
+      res.end();
+    });
+  }
   u.routes.set(`POST ${revokePath}`, (req, res, body) => {
     if (phantomIn(req, body)) fake.phantomsSeen++;
     const t = params(req, body).token ?? "";
