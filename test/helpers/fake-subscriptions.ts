@@ -67,6 +67,8 @@ export interface FakeVendor {
   /** A grant signed in before keybroker (its tokens, as the agent's file holds them). */
   login(): Record<string, unknown>;
   valid(access: string): boolean;
+  /** Refuses every access token issued so far, before its `exp` (revoked by the server); refresh tokens stay good. */
+  refuseAccess(): void;
   /**
    * What an agent needs printed: a backend request with a valid token is answered by the route
    * here under its key ("POST /v1/messages"), else with `{ ok, echo }` (phantom-agents.test.ts).
@@ -146,6 +148,9 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     valid(token) {
       const exp = access.get(token);
       return exp !== undefined && exp > Date.now();
+    },
+    refuseAccess() {
+      access.clear();
     },
   };
   const newGrant = () => {

@@ -36,6 +36,8 @@ let f: InProcessFixture;
 let fake: FakeVendor;
 const sockets: SocketMessage[] = [];
 const dirs: string[] = [];
+/** Codex's home, signed in by the first test. */
+let home = "";
 
 beforeAll(async () => {
   sink.listen(0, "127.0.0.1");
@@ -103,7 +105,7 @@ it("codex login under keybroker run: the browser sign-in ends in keybroker's cus
   const dir = tempHome();
   dirs.push(dir);
   for (const d of ["home", "tmp", "work"]) mkdirSync(join(dir, d));
-  const home = join(dir, "home");
+  home = join(dir, "home");
   const { login, url } = await codexLogin(home);
   const redirect = new URL(url.searchParams.get("redirect_uri")!);
   expect(url.searchParams.get("code_challenge_method")).toBe("S256");
@@ -169,4 +171,32 @@ it("codex login under keybroker run: the browser sign-in ends in keybroker's cus
   );
   expect(seen).not.toMatch(PHANTOM);
   expect(JSON.stringify(sockets)).not.toMatch(PHANTOM);
+}, 240_000);
+
+it("a token chatgpt.com revokes mid-run (after the routing discovery): Codex's WebSocket gets 401, keybroker refreshes once, Codex connects again and answers; the login stays ok", async () => {
+  expect(home, "signed in by the test above").not.toBe("");
+  const discovery = "GET /backend-api/wham/accounts/check";
+  const check = fake.answers.get(discovery)!;
+  fake.answers.set(discovery, (req, res, body) => {
+    fake.answers.set(discovery, check);
+    void check(req, res, body);
+    fake.refuseAccess();
+  });
+  const from = { backend: fake.backend.length, refreshes: fake.refreshes };
+  const r = await runProcess(...underRun(home, ["exec", "--skip-git-repo-check", "Reply with one word."]));
+  const context = `${r.stdout}\n${r.stderr}`;
+  expect(r.status, context).toBe(0);
+  expect(r.stdout).toContain(ANSWERS.responses);
+  const statuses = fake.backend.slice(from.backend);
+  expect(statuses, context).toContain(401);
+  expect(statuses.at(-1)).toBe(101);
+  expect(fake.refreshes - from.refreshes).toBe(1);
+  expect(fake.reuses).toBe(0);
+  expect(fake.phantomsSeen).toBe(0);
+  const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+    providers: { id: string; credentials: { state: string }[] }[];
+  };
+  expect(status.providers.find((p) => p.id === "codex-oauth")!.credentials[0]!.state).toBe("ok");
+  const audit = readFileSync(join(f.home, "audit/audit.jsonl"), "utf8");
+  expect(audit).not.toContain('"decision":"marked"');
 }, 240_000);
