@@ -5,8 +5,10 @@
 // opens that URL at the fake of auth.openai.com (fake-subscriptions.ts, which checks PKCE) and
 // follows the redirect back to Codex. Codex then exchanges the code, and its id token for an API
 // key, through keybroker: the real tokens are stored, Codex's auth.json gets phantoms only. A
-// `codex exec` from that file then answers through keybroker with the real token. Every file of
-// the agent's home and everything printed is scanned for every real token.
+// `codex exec` from that file then answers through keybroker with the real token. Then the fake
+// stops taking that token mid-run: Codex's WebSocket gets 401, keybroker refreshes the login once
+// (docs/spec.md §8) and Codex, connecting again, answers. Every file of the agent's home and
+// everything printed is scanned for every real token.
 import { once } from "node:events";
 import { mkdirSync, readFileSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";

@@ -3,7 +3,8 @@
 // stored, the agent gets phantoms only (a JWT's keeps its claims and exp); a phantom refresh is
 // answered at home, one real refresh at most however many agents refresh; the phantom access
 // token works on chatgpt.com only; the id-token exchange gets the real id token in its form body;
-// a logout is answered locally. Every answer the client saw is scanned for every real token.
+// a logout is answered locally; a WebSocket upgrade refused with 401 refreshes the login (§8).
+// Every answer the client saw is scanned for every real token.
 import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { jwtPayload } from "../../secrets/oauth/phantoms.js";
