@@ -1,7 +1,8 @@
 // Fakes of the subscription sign-ins agents use (docs/spec.md §19), speaking each one's real endpoints
 // and answer shapes on a FakeUpstream (HTTPS, any host name):
 //
-//   codex   auth.openai.com/oauth/{token,revoke} (JSON or form; JWT access and id tokens with
+//   codex   auth.openai.com/oauth/{authorize,token,revoke} (the browser's sign-in, its code taken
+//           only with its PKCE verifier; JSON or form; JWT access and id tokens with
 //           the `https://api.openai.com/auth` claims Codex reads; the id-token exchange for an
 //           API key), backend chatgpt.com/backend-api/codex/responses (chatgpt-account-id, HTTPS
 //           or WebSocket) and the workspace routing discovery /backend-api/wham/accounts/check
