@@ -31,13 +31,14 @@ export function createReauthorizeServiceAccount(log: Logger): ResponseStage {
 
 /**
  * An OAuth login's access token got a 401: refresh that login once (another process may have
- * done it already), then run the attempt stages again. Only when the body is in memory and the
- * login has a token other than the refused one.
+ * done it already), then run the attempt stages again when the body is in memory. Once the
+ * login has a token other than the refused one there is nothing to mark: a request that cannot
+ * be sent again passes its 401 on, and the client's next request gets the new token.
  */
 export function createRefreshOn401(attempt: readonly Stage[], log: Logger): ResponseStage {
   return async function refreshOn401(x) {
     if (x.reauthorized || x.result!.held!.status !== 401 || !(await refreshRefusedLogin(x, log))) return NEXT;
-    if (x.body === undefined) return NEXT;
+    if (x.body === undefined) return ANSWER;
     x.tried.delete(x.secret!.id);
     x.reauthorized = true;
     await runStages(attempt, x);

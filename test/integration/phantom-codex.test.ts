@@ -5,6 +5,8 @@
 // token works on chatgpt.com only; the id-token exchange gets the real id token in its form body;
 // a logout is answered locally; a WebSocket upgrade refused with 401 refreshes the login (§8).
 // Every answer the client saw is scanned for every real token.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { jwtPayload } from "../../secrets/oauth/phantoms.js";
@@ -238,6 +240,24 @@ describe("phantom tokens for Codex's ChatGPT sign-in", () => {
     expect(await upgrade(t.access_token!)).toMatch(/^HTTP\/1\.1 101 /);
     expect(fake.refreshes).toBe(1);
     expect(fake.backend).toEqual([101, 401, 101]);
+  }, 60_000);
+
+  it("a request refused with 401 whose body streamed past keybroker (too large to send again): the login is refreshed, not marked; the next request goes through", async () => {
+    const { f, fake, signIn, post } = await setup();
+    const t = (await signIn()).json();
+    fake.refuseAccess();
+    const headers = { authorization: `Bearer ${t.access_token}`, "chatgpt-account-id": ACCOUNT_ID };
+    const url = "https://chatgpt.com/backend-api/codex/responses";
+    const big = JSON.stringify({ input: "x".repeat(200_000) });
+    expect((await post(url, big, "application/json", headers)).status).toBe(401);
+    expect(fake.refreshes).toBe(1);
+    expect((await post(url, "{}", "application/json", headers)).status).toBe(200);
+    const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+      providers: { id: string; credentials: { state: string }[] }[];
+    };
+    expect(status.providers.find((p) => p.id === "codex-oauth")!.credentials[0]!.state).toBe("ok");
+    expect(readFileSync(join(f.home, "audit/audit.jsonl"), "utf8")).not.toContain('"decision":"marked"');
+    expect(fake.backend).toEqual([401, 200]);
   }, 60_000);
 
   it("a client that may not use codex-oauth gets no login and no phantom from a sign-in", async () => {
