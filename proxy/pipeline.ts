@@ -52,7 +52,11 @@ import { bookkeep, createMark } from "./stages/mark.js";
 import { matchProvider } from "./stages/match-provider.js";
 import { answerMcp, planMcp, stripMcpChallenge } from "./stages/mcp.js";
 import { pickCredential, readBody, signRequest } from "./stages/pick-credential.js";
-import { createReauthorizeServiceAccount, createRefreshOn401 } from "./stages/reauthorize.js";
+import {
+  createReauthorizeServiceAccount,
+  createRefreshOn401,
+  refreshRefusedLogin,
+} from "./stages/reauthorize.js";
 import type { Recorder } from "./stages/record.js";
 import { createRequireAudit } from "./stages/require-audit.js";
 import { createRetryNextCredential } from "./stages/retry.js";
@@ -218,12 +222,17 @@ export class Pipeline {
     this.#p.recorder.record(x);
   }
 
-  /** A WebSocket upgrade: forwarded as one; a refused upgrade marks the credential as a refused request would. */
+  /**
+   * A WebSocket upgrade: forwarded as one. A refused upgrade marks the credential as a refused
+   * request would; an OAuth login's token refused with 401 is first refreshed, as after any
+   * upstream 401 (docs/spec.md §8, reauthorize.ts), and marked only when no new token came of it.
+   */
   async #forwardUpgrade(x: Exchange, upgrade: Upgrade): Promise<void> {
     const answer = await forwardUpgrade(this.#p.agent(), x, upgrade);
     x.status = answer === 101 ? 101 : answer.status;
     this.#p.recorder.record(x);
-    if (answer !== 101 && x.injection !== undefined && mayMark(x.status))
-      bookkeep(x, answer, this.#p.log, this.#p.recorder.onPoolEvent);
+    if (answer === 101 || x.injection === undefined || !mayMark(x.status)) return;
+    if (x.status === 401 && (await refreshRefusedLogin(x, this.#p.log))) return;
+    bookkeep(x, answer, this.#p.log, this.#p.recorder.onPoolEvent);
   }
 }

@@ -291,7 +291,11 @@ export class PoolState implements MarkHolder {
     return s;
   }
 
-  /** A refused credential whose value has since changed (rotated, fixed) is usable again. */
+  /**
+   * A refused credential whose value has since changed (rotated, fixed, an OAuth login
+   * refreshed) is usable again. Cleared as a reset of that credential is, so that the next
+   * write, which first takes in the file's marks (this one among them), keeps it cleared.
+   */
   #forgetRefusedValue(provider: string, member: PoolMember): void {
     const s = this.get(provider, member.id);
     if (
@@ -300,8 +304,7 @@ export class PoolState implements MarkHolder {
       member.fingerprint !== undefined &&
       s.fingerprint !== member.fingerprint
     ) {
-      clearMark(s);
-      this.#changed();
+      this.#clear(provider, member.id, Date.now());
     }
   }
 

@@ -31,19 +31,28 @@ export function createReauthorizeServiceAccount(log: Logger): ResponseStage {
 
 /**
  * An OAuth login's access token got a 401: refresh that login once (another process may have
- * done it already), then run the attempt stages again. Only when the body is in memory and the
- * login has a token other than the refused one.
+ * done it already), then run the attempt stages again when the body is in memory. Once the
+ * login has a token other than the refused one there is nothing to mark: a request that cannot
+ * be sent again passes its 401 on, and the client's next request gets the new token.
  */
 export function createRefreshOn401(attempt: readonly Stage[], log: Logger): ResponseStage {
   return async function refreshOn401(x) {
-    if (x.reauthorized || x.result!.held!.status !== 401 || !(await refreshRefused(x, log))) return NEXT;
+    if (x.reauthorized || x.result!.held!.status !== 401 || !(await refreshRefusedLogin(x, log))) return NEXT;
+    if (x.body === undefined) return ANSWER;
+    x.tried.delete(x.secret!.id);
     x.reauthorized = true;
     await runStages(attempt, x);
     return RESEND;
   };
 }
 
-async function refreshRefused(x: Exchange, log: Logger): Promise<boolean> {
+/**
+ * The OAuth login whose access token got a 401, refreshed (once: another request or process may
+ * have done it already). True when the login now has a token other than the refused one. A
+ * refused WebSocket upgrade calls this too (pipeline.ts): its 401 has reached the client, which
+ * connects again with the same phantom or placeholder and gets the new token.
+ */
+export async function refreshRefusedLogin(x: Exchange, log: Logger): Promise<boolean> {
   const rule = x.provider?.rule;
   const refresher = x.rt.refresher;
   if (rule === undefined || !kindOf(rule).poolOfLogins || refresher === undefined || x.secret === undefined)
@@ -54,8 +63,5 @@ async function refreshRefused(x: Exchange, log: Logger): Promise<boolean> {
     log.warn({ provider: rule.id, credential: id }, `refresh after a 401 failed: ${err.message}`);
     return undefined;
   });
-  if (entry === undefined || entry.login.state !== "ok" || entry.secret.reveal() === refused) return false;
-  if (x.body === undefined) return false;
-  x.tried.delete(id);
-  return true;
+  return entry !== undefined && entry.login.state === "ok" && entry.secret.reveal() !== refused;
 }

@@ -11,20 +11,34 @@ export interface Running {
   readonly child: ChildProcess;
   out(): string;
   err(): string;
-  waitFor(pattern: RegExp): Promise<RegExpExecArray>;
+  /** What it printed on stdout (or on stderr), once it matches. */
+  waitFor(pattern: RegExp, from?: "stdout" | "stderr"): Promise<RegExpExecArray>;
   exit(): Promise<number | null>;
 }
 
 /** Starts `keybroker <args> --home <home> --config <dir>/keybroker.yaml`. */
 export function startCli(f: { home: string; dir: string }, args: string[]): Running {
-  const child = spawn(
-    process.execPath,
-    [CLI, ...args, "--home", f.home, "--config", join(f.dir, "keybroker.yaml")],
-    {
-      env: baseEnv(),
-      stdio: ["pipe", "pipe", "pipe"],
-    },
-  );
+  return startProcess(process.execPath, [
+    CLI,
+    ...args,
+    "--home",
+    f.home,
+    "--config",
+    join(f.dir, "keybroker.yaml"),
+  ]);
+}
+
+/** Starts any program (`keybroker run -- <agent>` for one), read as it prints. */
+export function startProcess(
+  command: string,
+  args: string[],
+  opts: { env?: Record<string, string>; cwd?: string } = {},
+): Running {
+  const child = spawn(command, args, {
+    env: baseEnv(opts.env),
+    cwd: opts.cwd,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   let out = "";
   let err = "";
   const waiters: (() => void)[] = [];
@@ -37,6 +51,7 @@ export function startCli(f: { home: string; dir: string }, args: string[]): Runn
   });
   child.stderr!.on("data", (d: Buffer) => {
     err += d.toString();
+    wake();
   });
   const exited = once(child, "close").then(([code]) => {
     outputs.push(out, err);
@@ -47,9 +62,9 @@ export function startCli(f: { home: string; dir: string }, args: string[]): Runn
     child,
     out: () => out,
     err: () => err,
-    async waitFor(pattern) {
+    async waitFor(pattern, from = "stdout") {
       for (;;) {
-        const m = pattern.exec(out);
+        const m = pattern.exec(from === "stdout" ? out : err);
         if (m !== null) return m;
         if (child.exitCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
         await new Promise<void>((r) => waiters.push(r));

@@ -1,9 +1,11 @@
 // Fakes of the subscription sign-ins agents use (docs/spec.md §19), speaking each one's real endpoints
 // and answer shapes on a FakeUpstream (HTTPS, any host name):
 //
-//   codex   auth.openai.com/oauth/{token,revoke} (JSON or form; JWT access and id tokens with
+//   codex   auth.openai.com/oauth/{authorize,token,revoke} (the browser's sign-in, its code taken
+//           only with its PKCE verifier; JSON or form; JWT access and id tokens with
 //           the `https://api.openai.com/auth` claims Codex reads; the id-token exchange for an
-//           API key), backend chatgpt.com/backend-api/codex/responses (chatgpt-account-id)
+//           API key), backend chatgpt.com/backend-api/codex/responses (chatgpt-account-id, HTTPS
+//           or WebSocket) and the workspace routing discovery /backend-api/wham/accounts/check
 //   claude  platform.claude.com/v1/oauth/{token,revoke} (JSON; opaque sk-ant-oat01 / ort01
 //           tokens, `account`), backend api.anthropic.com/v1/messages (anthropic-beta oauth)
 //   gemini  oauth2.googleapis.com/{token,tokeninfo,revoke} (form, the installed-app client
@@ -14,7 +16,7 @@
 // `reuses` and revokes the whole grant. Every request that reached a token endpoint carrying
 // something shaped like a keybroker phantom counts in `phantomsSeen` (must stay 0). Backends
 // accept only access tokens currently valid.
-import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FakeUpstream, Route } from "./upstream.js";
@@ -66,6 +68,8 @@ export interface FakeVendor {
   /** A grant signed in before keybroker (its tokens, as the agent's file holds them). */
   login(): Record<string, unknown>;
   valid(access: string): boolean;
+  /** Refuses every access token issued so far, before its `exp` (revoked by the server); refresh tokens stay good. */
+  refuseAccess(): void;
   /**
    * What an agent needs printed: a backend request with a valid token is answered by the route
    * here under its key ("POST /v1/messages"), else with `{ ok, echo }` (phantom-agents.test.ts).
@@ -104,11 +108,24 @@ const phantomIn = (req: IncomingMessage, body: Buffer) =>
 
 const bearer = (req: IncomingMessage) => String(req.headers.authorization ?? "").replace(/^Bearer /i, "");
 
+/** The ChatGPT account a Codex access token (a JWT) was issued for. */
+function accountOf(req: IncomingMessage): string | undefined {
+  try {
+    const payload = Buffer.from(bearer(req).split(".")[1] ?? "", "base64url").toString();
+    const claims = JSON.parse(payload) as Record<string, Record<string, string> | undefined>;
+    return claims["https://api.openai.com/auth"]?.chatgpt_account_id;
+  } catch {
+    return undefined;
+  }
+}
+
 export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
   const grants: Grant[] = [];
   const access = new Map<string, number>(); // token → expiry (ms)
   const idTokens = new Set<string>();
   const codes = new Set<string>();
+  // Codes of a browser sign-in (GET /oauth/authorize): the PKCE challenge and redirect they were issued for.
+  const pkce = new Map<string, { challenge: string; redirect: string }>();
   const fake: FakeVendor = {
     issued: [],
     refreshes: 0,
@@ -132,6 +149,9 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     valid(token) {
       const exp = access.get(token);
       return exp !== undefined && exp > Date.now();
+    },
+    refuseAccess() {
+      access.clear();
     },
   };
   const newGrant = () => {
@@ -211,9 +231,18 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     if (vendor === "gemini" && p.client_secret !== GEMINI_SECRET)
       return json(res, 401, { error: "invalid_client" });
     switch (p.grant_type) {
-      case "authorization_code":
-        if (!codes.delete(p.code ?? "")) return json(res, 400, { error: "invalid_grant" });
+      case "authorization_code": {
+        const code = p.code ?? "";
+        const bound = pkce.get(code);
+        pkce.delete(code);
+        if (!codes.delete(code)) return json(res, 400, { error: "invalid_grant" });
+        const verified = createHash("sha256")
+          .update(p.code_verifier ?? "")
+          .digest("base64url");
+        if (bound !== undefined && (verified !== bound.challenge || p.redirect_uri !== bound.redirect))
+          return json(res, 400, { error: "invalid_grant", error_description: "PKCE verification failed" });
         return json(res, 200, issue(newGrant(), true));
+      }
       case "refresh_token": {
         fake.refreshes++;
         const rt = p.refresh_token ?? "";
@@ -239,6 +268,30 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
         return json(res, 400, { error: "unsupported_grant_type" });
     }
   });
+  if (vendor === "codex") {
+    // The browser's part of Codex's sign-in: the user is taken as signed in at once, and the
+    // browser sent back to the agent's loopback redirect with a code and the agent's state.
+    u.routes.set("GET /oauth/authorize", (req, res) => {
+      const q = new URL(req.url ?? "/", "https://auth.openai.com").searchParams;
+      const [challenge, redirect, state] = ["code_challenge", "redirect_uri", "state"].map((k) => q.get(k));
+      if (
+        q.get("client_id") !== CLIENT_IDS.codex ||
+        q.get("response_type") !== "code" ||
+        q.get("code_challenge_method") !== "S256" ||
+        !challenge ||
+        !redirect ||
+        !state
+      )
+        return json(res, 400, { error: "invalid_request" });
+      const code = fake.code();
+      pkce.set(code, { challenge, redirect });
+      const back = new URL(redirect);
+      back.searchParams.set("code", code);
+      back.searchParams.set("state", state);
+      res.writeHead(302, { location: back.toString() });
+      res.end();
+    });
+  }
   u.routes.set(`POST ${revokePath}`, (req, res, body) => {
     if (phantomIn(req, body)) fake.phantomsSeen++;
     const t = params(req, body).token ?? "";
@@ -270,21 +323,43 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
     u.routes.set(
       "POST /backend-api/codex/responses",
       backend(
-        (req) => {
-          // The account header must name the account of the token presented.
-          const payload = Buffer.from(bearer(req).split(".")[1] ?? "", "base64url").toString() || "{}";
-          const claims = JSON.parse(payload) as Record<string, Record<string, string> | undefined>;
-          return (
-            req.headers["chatgpt-account-id"] === claims["https://api.openai.com/auth"]?.chatgpt_account_id
-          );
-        },
+        // The account header must name the account of the token presented.
+        (req) => req.headers["chatgpt-account-id"] === accountOf(req),
         {
           error: { type: "usage_limit_reached", resets_in_seconds: 600 },
         },
       ),
     );
+    // Workspace routing discovery (Codex 0.156+, codex-rs backend-client `get_accounts_check`):
+    // the accounts the token's user belongs to; Codex looks for its own account id in the list
+    // and stops with "selected workspace missing from routing discovery" when it is absent.
+    u.routes.set(
+      "GET /backend-api/wham/accounts/check",
+      backend(() => true, {}),
+    );
+    fake.answers.set("GET /backend-api/wham/accounts/check", (req, res) => {
+      const id = accountOf(req);
+      json(res, 200, {
+        accounts: [
+          {
+            id,
+            name: null,
+            profile_picture_url: null,
+            structure: "personal",
+            plan_type: "pro",
+            workspace_backend_origin: "NO_CONSTRAINT",
+            account_routing_override: "NO_CONSTRAINT",
+          },
+        ],
+        account_ordering: [id],
+        default_account_id: id,
+      });
+    });
     u.upgrades.set("/backend-api/codex/responses", (req, socket) => {
-      const ok = fake.valid(bearer(req)) && fake.socket !== undefined;
+      const ok =
+        fake.valid(bearer(req)) &&
+        req.headers["chatgpt-account-id"] === accountOf(req) &&
+        fake.socket !== undefined;
       fake.backend.push(ok ? 101 : 401);
       if (ok) return fake.socket!(req, socket);
       socket.end("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");

@@ -116,9 +116,13 @@ const RUNS: Run[] = [
     answer: ANSWERS.messages,
     env: { CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1" },
   },
-  // Codex CLI 0.171 in ChatGPT mode is not here: after its refresh it asks chatgpt.com for a
-  // routing discovery of the selected workspace that the fake does not serve ("selected
-  // workspace missing from routing discovery"), over WebSocket and HTTPS alike.
+  {
+    name: "codex exec, ChatGPT sign-in imported",
+    vendor: "codex",
+    argv: [`${BIN}/codex`, "exec", "--skip-git-repo-check"],
+    file: ".codex/auth.json",
+    answer: ANSWERS.responses,
+  },
   {
     name: "gemini -p, Google sign-in imported",
     vendor: "gemini",
@@ -290,6 +294,15 @@ describe("the agents' subscription sign-ins behind keybroker run, with phantoms 
       }
     });
   }
+
+  it("Codex asked chatgpt.com where its account's workspace is routed (wham/accounts/check)", () => {
+    // Codex 0.156+ stops with "selected workspace missing from routing discovery" otherwise.
+    const asked = f.upstream.received.filter(
+      (got) => got.host === "chatgpt.com" && got.url === "/backend-api/wham/accounts/check",
+    );
+    expect(asked.length).toBeGreaterThan(0);
+    for (const got of asked) expect(got.headers["chatgpt-account-id"]).toBe(ACCOUNT_ID);
+  });
 
   it("what reached the fakes carried real tokens only, never a phantom", () => {
     const seen = JSON.stringify(

@@ -3,11 +3,15 @@
 // stored, the agent gets phantoms only (a JWT's keeps its claims and exp); a phantom refresh is
 // answered at home, one real refresh at most however many agents refresh; the phantom access
 // token works on chatgpt.com only; the id-token exchange gets the real id token in its form body;
-// a logout is answered locally. Every answer the client saw is scanned for every real token.
+// a logout is answered locally; a WebSocket upgrade refused with 401 refreshes the login (§8).
+// Every answer the client saw is scanned for every real token.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { type ProxyAgent, request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { jwtPayload } from "../../secrets/oauth/phantoms.js";
 import { FileTokenStore } from "../../state/tokens/home.js";
+import { responsesSocket } from "../helpers/fake-llm.js";
 import {
   ACCOUNT_ID,
   CLIENT_IDS,
@@ -17,6 +21,7 @@ import {
 } from "../helpers/fake-subscriptions.js";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
+import { openTunnel } from "../helpers/tunnel.js";
 
 const open: { f: InProcessFixture; fake: FakeVendor; seen: string[] }[] = [];
 afterEach(async () => {
@@ -79,7 +84,24 @@ async function setup(extra = "") {
       authorization: `Bearer ${access}`,
       "chatgpt-account-id": ACCOUNT_ID,
     });
-  return { f, fake, agent, post, token, signIn, codex, store: new FileTokenStore(f.home) };
+  /** Codex's WebSocket upgrade to its Responses backend, with `access`: the answer's head. */
+  const upgrade = async (access: string) => {
+    const tls = await openTunnel(f.broker, "chatgpt.com");
+    tls.write(
+      "GET /backend-api/codex/responses HTTP/1.1\r\nHost: chatgpt.com\r\nConnection: Upgrade\r\n" +
+        "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+        `Authorization: Bearer ${access}\r\nChatGPT-Account-Id: ${ACCOUNT_ID}\r\n\r\n`,
+    );
+    let head = "";
+    for await (const chunk of tls) {
+      head += String(chunk);
+      if (head.includes("\r\n\r\n")) break;
+    }
+    tls.destroy();
+    seen.push(head);
+    return head;
+  };
+  return { f, fake, agent, post, token, signIn, codex, upgrade, store: new FileTokenStore(f.home) };
 }
 
 describe("phantom tokens for Codex's ChatGPT sign-in", () => {
@@ -199,6 +221,43 @@ describe("phantom tokens for Codex's ChatGPT sign-in", () => {
     expect((await store.get("codex-oauth", "default"))?.state).toBe("ok");
     expect((await codex(t.access_token!)).status).toBe(200);
     expect(fake.refreshes).toBe(1);
+  }, 60_000);
+
+  it("a WebSocket upgrade refused with 401 (a token the server revoked before its exp): the login is refreshed as after a refused request, not marked invalid; the next upgrade goes through", async () => {
+    const { f, fake, signIn, upgrade } = await setup();
+    fake.socket = (req, socket) => responsesSocket(req, socket, []);
+    const t = (await signIn()).json();
+    expect(await upgrade(t.access_token!)).toMatch(/^HTTP\/1\.1 101 /);
+    fake.refuseAccess();
+    // The refusal reaches Codex (an upgrade cannot be sent again); keybroker refreshes the login.
+    expect(await upgrade(t.access_token!)).toMatch(/^HTTP\/1\.1 401 /);
+    await expect.poll(() => fake.refreshes, { timeout: 10_000 }).toBe(1);
+    const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+      providers: { id: string; credentials: { state: string }[] }[];
+    };
+    expect(status.providers.find((p) => p.id === "codex-oauth")!.credentials[0]!.state).toBe("ok");
+    // Codex connects again with the phantom it holds: the login's new token goes out.
+    expect(await upgrade(t.access_token!)).toMatch(/^HTTP\/1\.1 101 /);
+    expect(fake.refreshes).toBe(1);
+    expect(fake.backend).toEqual([101, 401, 101]);
+  }, 60_000);
+
+  it("a request refused with 401 whose body streamed past keybroker (too large to send again): the login is refreshed, not marked; the next request goes through", async () => {
+    const { f, fake, signIn, post } = await setup();
+    const t = (await signIn()).json();
+    fake.refuseAccess();
+    const headers = { authorization: `Bearer ${t.access_token}`, "chatgpt-account-id": ACCOUNT_ID };
+    const url = "https://chatgpt.com/backend-api/codex/responses";
+    const big = JSON.stringify({ input: "x".repeat(200_000) });
+    expect((await post(url, big, "application/json", headers)).status).toBe(401);
+    expect(fake.refreshes).toBe(1);
+    expect((await post(url, "{}", "application/json", headers)).status).toBe(200);
+    const status = JSON.parse((await f.cli(["status", "--json"])).stdout) as {
+      providers: { id: string; credentials: { state: string }[] }[];
+    };
+    expect(status.providers.find((p) => p.id === "codex-oauth")!.credentials[0]!.state).toBe("ok");
+    expect(readFileSync(join(f.home, "audit/audit.jsonl"), "utf8")).not.toContain('"decision":"marked"');
+    expect(fake.backend).toEqual([401, 200]);
   }, 60_000);
 
   it("a client that may not use codex-oauth gets no login and no phantom from a sign-in", async () => {

@@ -64,6 +64,25 @@ describe("PoolState", () => {
     expect(p.get("p", "A").state).toBe("ok");
   });
 
+  it("a refused value forgotten because the credential's value changed stays forgotten once written", async () => {
+    const h = home();
+    const p = new PoolState(h);
+    const spec = { provider: "p", strategy: "fill_first" as const };
+    p.markInvalid("p", "A", "HTTP 401", "sha256:old");
+    await p.durable();
+    // A refreshed login (or a rotated key): its new value is picked, the mark forgotten.
+    expect(p.pick(spec, [{ id: "A", fingerprint: "sha256:new" }], "c")?.id).toBe("A");
+    p.flush();
+    // The write takes in what the file holds (the mark, written at once) without bringing it back.
+    expect(p.get("p", "A").state).toBe("ok");
+    expect(readPoolState(h).p?.A?.state).toBe("ok");
+    expect(new PoolState(h).get("p", "A").state).toBe("ok");
+    // A later refusal of the new value is a mark again.
+    p.markInvalid("p", "A", "HTTP 401", "sha256:new");
+    await p.durable();
+    expect(readPoolState(h).p?.A?.state).toBe("invalid");
+  });
+
   it("answers undefined when every credential is out of quota, with the earliest reset", () => {
     const p = new PoolState(home());
     const now = Date.now();
