@@ -1,7 +1,6 @@
 import { createPrivateKey, generateKeyPairSync, X509Certificate } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import forge from "node-forge";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildCaCertificate, CertificateAuthority, loadOrCreateCa } from "../../../certs/ca.js";
 import { LeafMinter, parseLeafHost } from "../../../certs/leaf.js";
@@ -18,32 +17,21 @@ beforeAll(() => {
 });
 afterAll(removeHomes);
 
-interface ParsedExtension {
-  critical?: boolean;
-  cA?: boolean;
-  digitalSignature?: boolean;
-  keyEncipherment?: boolean;
-  keyCertSign?: boolean;
-  serverAuth?: boolean;
-  clientAuth?: boolean;
-  subjectKeyIdentifier?: string;
-  value?: string;
-  altNames?: Array<{ type: number; value: string; ip?: string }>;
+/** `openssl x509 -text` of a certificate: a parser that is not keybroker's. */
+async function opensslText(certPem: string): Promise<string> {
+  const path = join(home, `cert-${Math.random().toString(36).slice(2)}.pem`);
+  writeFileSync(path, certPem);
+  const out = await run("openssl", ["x509", "-noout", "-text", "-in", path]);
+  expect(out.code, out.stderr).toBe(0);
+  return out.stdout;
 }
 
-function extension(cert: forge.pki.Certificate, name: string): ParsedExtension {
-  const ext = cert.getExtension(name) as ParsedExtension | null;
-  if (!ext) throw new Error(`no ${name} extension`);
-  return ext;
-}
-
-/** The keyIdentifier ([0]) of an authorityKeyIdentifier extension, decoded from its DER value. */
-function authorityKeyId(cert: forge.pki.Certificate): string {
-  const seq = forge.asn1.fromDer(extension(cert, "authorityKeyIdentifier").value!);
-  const parts = seq.value as forge.asn1.Asn1[];
-  const keyId = parts.find((p) => p.tagClass === forge.asn1.Class.CONTEXT_SPECIFIC && p.type === 0);
-  if (!keyId) throw new Error("authorityKeyIdentifier has no keyIdentifier");
-  return forge.util.bytesToHex(keyId.value as string);
+/** The line after `heading` in openssl's text (an extension's value), trimmed. */
+function field(text: string, heading: string): string {
+  const lines = text.split("\n").map((l) => l.trim());
+  const at = lines.indexOf(heading);
+  if (at < 0) throw new Error(`no "${heading}" in:\n${text}`);
+  return lines[at + 1]!;
 }
 
 async function opensslVerify(certPem: string, ...extra: string[]) {
@@ -88,42 +76,42 @@ describe("LeafMinter.mint", () => {
     expect(out.stdout + out.stderr).toMatch(/hostname mismatch/i);
   });
 
-  it("sets the extensions and validity of a server leaf", () => {
+  it("sets the extensions and validity of a server leaf", async () => {
     const before = Date.now();
     const leaf = minter.mint("api.example.com");
-    const cert = forge.pki.certificateFromPem(leaf.certPem);
-    expect(cert.siginfo.algorithmOid).toBe(forge.pki.oids.sha256WithRSAEncryption);
-    expect(extension(cert, "basicConstraints")).toMatchObject({ cA: false });
-    expect(extension(cert, "keyUsage")).toMatchObject({
-      critical: true,
-      digitalSignature: true,
-      keyEncipherment: true,
-      keyCertSign: false,
-    });
-    expect(extension(cert, "extKeyUsage")).toMatchObject({ serverAuth: true });
-    expect(extension(cert, "extKeyUsage").clientAuth).toBeUndefined();
-    expect(extension(cert, "subjectKeyIdentifier").subjectKeyIdentifier).toMatch(/^[0-9a-f]{40}$/);
+    const text = await opensslText(leaf.certPem);
+    expect(text).toMatch(/Signature Algorithm: sha256WithRSAEncryption/);
+    // The shared leaf key: ECDSA P-256 (decision 173).
+    expect(text).toMatch(/Public Key Algorithm: id-ecPublicKey[\s\S]*NIST CURVE: P-256/);
+    expect(field(text, "X509v3 Basic Constraints: critical")).toBe("CA:FALSE");
+    // It signs, and does nothing else: no key encipherment for an ECDSA key, no CA use.
+    expect(field(text, "X509v3 Key Usage: critical")).toBe("Digital Signature");
+    expect(field(text, "X509v3 Extended Key Usage:")).toBe("TLS Web Server Authentication");
+    expect(field(text, "X509v3 Subject Key Identifier:")).toMatch(/^([0-9A-F]{2}:){19}[0-9A-F]{2}$/);
 
+    const cert = new X509Certificate(leaf.certPem);
     const hour = 3600 * 1000;
     const day = 24 * hour;
-    expect(cert.validity.notBefore.getTime()).toBeLessThanOrEqual(before - hour + 1000);
-    expect(cert.validity.notBefore.getTime()).toBeGreaterThan(before - hour - 60_000);
-    expect(cert.validity.notAfter.getTime() - cert.validity.notBefore.getTime()).toBe(30 * day + hour);
-    expect(leaf.notAfter.getTime()).toBe(cert.validity.notAfter.getTime());
+    const notBefore = new Date(cert.validFrom).getTime();
+    const notAfter = new Date(cert.validTo).getTime();
+    // validFrom/validTo are to the second.
+    expect(notBefore).toBeLessThanOrEqual(before - hour + 1000);
+    expect(notBefore).toBeGreaterThan(before - hour - 60_000);
+    expect(notAfter - notBefore).toBe(30 * day + hour);
+    expect(leaf.notAfter.getTime()).toBe(notAfter);
 
     expect(cert.serialNumber).toHaveLength(32);
     expect(Number.parseInt(cert.serialNumber.slice(0, 2), 16)).toBeLessThan(0x80);
     expect(minter.mint("api.example.com").certPem).not.toBe(leaf.certPem);
   });
 
-  it("names the CA's key as the authority key identifier", () => {
-    const leafCert = forge.pki.certificateFromPem(minter.mint("api.example.com").certPem);
-    const caCert = forge.pki.certificateFromPem(ca.certPem);
-    const caSki = extension(caCert, "subjectKeyIdentifier").subjectKeyIdentifier!;
-    const leafSki = extension(leafCert, "subjectKeyIdentifier").subjectKeyIdentifier!;
-    expect(authorityKeyId(leafCert)).toBe(caSki);
-    expect(authorityKeyId(leafCert)).toBe(ca.keyId.toString("hex"));
-    expect(authorityKeyId(leafCert)).not.toBe(leafSki);
+  it("names the CA's key as the authority key identifier", async () => {
+    const leafText = await opensslText(minter.mint("api.example.com").certPem);
+    const caSki = field(await opensslText(ca.certPem), "X509v3 Subject Key Identifier:");
+    const aki = field(leafText, "X509v3 Authority Key Identifier:").replace(/^keyid:/, "");
+    expect(aki).toBe(caSki);
+    expect(aki.replaceAll(":", "").toLowerCase()).toBe(ca.keyId.toString("hex"));
+    expect(aki).not.toBe(field(leafText, "X509v3 Subject Key Identifier:"));
   });
 
   it("shares one leaf key across hosts", () => {
