@@ -2,16 +2,32 @@
 // keeps everything it printed so tests can scan it for secrets.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { constants, cpSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { afterAll, expect } from "vitest";
+import { CA_DIR, loadOrCreateCa } from "../../certs/ca.js";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 export const CLI = join(ROOT, "dist/cli/main.js");
 
 export function tempHome(): string {
   return mkdtempSync(join(tmpdir(), "kb-home-"));
+}
+
+let templateCa: string | undefined;
+
+/**
+ * A temporary home whose CA is already made: a copy of one made once per test process, as a
+ * broker would have made it on its first start (certs/ca.ts: folder 0700, key 0600). For the
+ * fixtures whose tests are about something else; making an RSA CA key costs ~150 ms. The tests
+ * of the CA's own making (init, start on an empty home) use tempHome().
+ */
+export function homeWithCa(): string {
+  templateCa ??= dirname(loadOrCreateCa(tempHome()).certPath);
+  const home = tempHome();
+  cpSync(templateCa, join(home, CA_DIR), { recursive: true, mode: constants.COPYFILE_EXCL });
+  return home;
 }
 
 /**

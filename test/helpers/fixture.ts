@@ -10,6 +10,7 @@ import {
   cliAsync,
   findSecrets,
   homeArgs,
+  homeWithCa,
   startBroker,
   tempHome,
   writeConfig,
@@ -88,7 +89,7 @@ export interface FixtureOptions {
  */
 export async function prepareFixture(opts: FixtureOptions) {
   const upstream = await startUpstream();
-  const home = tempHome();
+  const home = homeWithCa();
   const dir = tempHome();
   const config = writeConfig(dir, opts.rules ? opts.rules(upstream) : rulesFor(upstream, opts.extraRules));
   const env = {

@@ -10,7 +10,7 @@ import { ProxyAgent } from "undici";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
-import { type CliResult, cliAsync, findSecrets, homeArgs, outputs, tempHome } from "./broker.js";
+import { type CliResult, cliAsync, findSecrets, homeArgs, homeWithCa, outputs } from "./broker.js";
 import { ALL_REAL, type FixtureOptions, prepareFixture } from "./fixture.js";
 import { agentPlaceholders, placeholderOf } from "./placeholders.js";
 import type { FakeUpstream } from "./upstream.js";
@@ -41,7 +41,7 @@ export interface InProcessOptions {
 
 /** Builds and starts a broker here, on 127.0.0.1 port 0; advertised in the home like `start`. */
 export async function startInProcessBroker(opts: InProcessOptions = {}): Promise<InProcessBroker> {
-  const home = opts.home ?? tempHome();
+  const home = opts.home ?? homeWithCa();
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...opts.env };
   const lines: string[] = [];
   const logged = new EventEmitter();
