@@ -18,9 +18,17 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       token_endpoint: "https://auth.openai.com/oauth/token",
       revocation_endpoint: "https://auth.openai.com/oauth/revoke",
       client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
-      scopes: ["openid", "profile", "email", "offline_access"],
+      // As Codex CLI 0.171 asks them (phantom-codex-login.test.ts compares with the real one).
+      scopes: [
+        "openid",
+        "profile",
+        "email",
+        "offline_access",
+        "api.connectors.read",
+        "api.connectors.invoke",
+      ],
       // Codex's allow-listed loopback redirect: a fixed port (1457 is its fallback).
-      redirect_uri: "http://localhost:1455/auth/callback",
+      redirect_uri: "http://127.0.0.1:1455/auth/callback",
       authorize_params: {
         id_token_add_organizations: "true",
         codex_cli_simplified_flow: "true",

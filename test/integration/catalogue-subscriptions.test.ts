@@ -10,8 +10,8 @@ it.each([
     "https://auth.openai.com/oauth/authorize",
     {
       client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
-      redirect_uri: "http://localhost:1455/auth/callback",
-      scope: "openid profile email offline_access",
+      redirect_uri: "http://127.0.0.1:1455/auth/callback",
+      scope: "openid profile email offline_access api.connectors.read api.connectors.invoke",
       originator: "codex_cli_rs",
       codex_cli_simplified_flow: "true",
     },

@@ -15,6 +15,7 @@ import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { OAUTH_CATALOGUE } from "../../rules/catalogue-oauth.js";
 import { FileTokenStore } from "../../state/tokens/home.js";
 import { CLI, findSecrets, outputs, ROOT, runProcess, tempHome } from "../helpers/broker.js";
 import { type Running, startProcess } from "../helpers/cli-session.js";
@@ -112,6 +113,13 @@ it("codex login under keybroker run: the browser sign-in ends in keybroker's cus
   const redirect = new URL(url.searchParams.get("redirect_uri")!);
   expect(url.searchParams.get("code_challenge_method")).toBe("S256");
   expect(["1455", "1457"]).toContain(redirect.port);
+  // keybroker's own `auth add codex-oauth` signs in as this Codex does (decision 160).
+  const catalogue = OAUTH_CATALOGUE["codex-oauth"]!.oauth!;
+  expect(url.searchParams.get("client_id")).toBe(catalogue.client_id);
+  expect(url.searchParams.get("scope")).toBe(catalogue.scopes!.join(" "));
+  expect(`${redirect.protocol}//${redirect.hostname}${redirect.pathname}`).toBe(
+    catalogue.redirect_uri!.replace(/:\d+\//, "/"),
+  );
 
   // The browser, outside keybroker: auth.openai.com is the fake, reached by its name.
   const browser = new Agent({
