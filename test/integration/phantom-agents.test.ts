@@ -13,7 +13,16 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { CLI, type CliResult, findSecrets, outputs, ROOT, runProcess, tempHome } from "../helpers/broker.js";
+import {
+  CLI,
+  type CliResult,
+  findSecrets,
+  homeArgs,
+  outputs,
+  ROOT,
+  runProcess,
+  tempHome,
+} from "../helpers/broker.js";
 import {
   ANSWERS,
   anthropicMessages,
@@ -250,13 +259,7 @@ async function runAgent(run: Run, home: string, more: Record<string, string>): P
     process.execPath,
     [
       CLI,
-      "run",
-      "--home",
-      f.home,
-      "--config",
-      join(f.dir, "keybroker.yaml"),
-      "--use",
-      `${run.vendor}-oauth`,
+      ...homeArgs(["run", "--use", `${run.vendor}-oauth`], f.home, join(f.dir, "keybroker.yaml")),
       "--",
       ...run.argv,
       PROMPT,

@@ -17,7 +17,7 @@ import { Agent, request } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { OAUTH_CATALOGUE } from "../../rules/catalogue-oauth.js";
 import { FileTokenStore } from "../../state/tokens/home.js";
-import { CLI, findSecrets, outputs, ROOT, runProcess, tempHome } from "../helpers/broker.js";
+import { CLI, findSecrets, homeArgs, outputs, ROOT, runProcess, tempHome } from "../helpers/broker.js";
 import { type Running, startProcess } from "../helpers/cli-session.js";
 import { ANSWERS, responses, responsesSocket, type SocketMessage } from "../helpers/fake-llm.js";
 import {
@@ -69,16 +69,7 @@ function underRun(
   home: string,
   args: string[],
 ): [string, string[], { env: Record<string, string>; cwd: string }] {
-  const argv = [
-    CLI,
-    "run",
-    "--home",
-    f.home,
-    "--config",
-    join(f.dir, "keybroker.yaml"),
-    "--use",
-    "codex-oauth",
-  ];
+  const argv = [CLI, ...homeArgs(["run", "--use", "codex-oauth"], f.home, join(f.dir, "keybroker.yaml"))];
   return [
     process.execPath,
     [...argv, "--", `${BIN}/codex`, ...args],
