@@ -15,7 +15,6 @@
 // A refusal meaning "sign in again" (invalid_grant) is given only when the login truly needs
 // it: agents such as Claude Code wipe their credentials on it. A passing failure is a 503.
 import type { Agent } from "undici";
-import { request } from "undici";
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { secretForms } from "../../core/scrub.js";
@@ -209,11 +208,14 @@ async function send(
   if (x.method === "POST" || body.length > 0) headers["content-length"] = String(body.length);
   headers["accept-encoding"] = "identity";
   try {
-    const res = await request(`${originOf(x)}${path}`, {
+    // The upstream agent's own request(): importing undici's index for its `request` would load
+    // fetch, WebSocket and the rest into every broker (proxy/upstream.ts).
+    const res = await agent().request({
+      origin: originOf(x),
+      path,
       method: x.method as "POST",
       headers,
       ...(x.method === "POST" || body.length > 0 ? { body } : {}),
-      dispatcher: agent(),
       headersTimeout: x.rt.rules.timeouts.upstreamMs,
       bodyTimeout: x.rt.rules.timeouts.upstreamMs,
     });

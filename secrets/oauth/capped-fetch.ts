@@ -2,7 +2,7 @@
 // `upstream_ca`, verification and the private-address rule apply), one time limit for the
 // whole exchange, and a cap on the answer's size (docs/spec.md §8). An answer over the cap or late
 // is an error naming the endpoint; nothing of it is returned.
-import { type Dispatcher, fetch as undiciFetch } from "undici";
+import type { Dispatcher, fetch as UndiciFetch } from "undici";
 
 export class OAuthEndpointError extends Error {
   override name = "OAuthEndpointError";
@@ -49,7 +49,10 @@ export function cappedFetch(opts: CappedFetchOptions) {
         `${endpoint} did not answer within ${opts.timeoutMs} ms (oauth.token_timeout)`,
         true,
       );
-    let res: Awaited<ReturnType<typeof undiciFetch>>;
+    // Loaded on the first OAuth call: undici's index (fetch, WebSocket, ...) is several MiB a
+    // broker without OAuth never needs (proxy/upstream.ts loads only its Agent).
+    const { fetch: undiciFetch } = await import("undici");
+    let res: Awaited<ReturnType<typeof UndiciFetch>>;
     try {
       res = await undiciFetch(url, {
         method: init.method ?? "GET",
