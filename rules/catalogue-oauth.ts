@@ -82,4 +82,22 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       authorize_params: { access_type: "offline", prompt: "consent" },
     },
   },
+  // Qwen sign-in, as Qwen Code (packages/core/src/qwen/qwenOAuth2.ts) uses it: the device grant
+  // at chat.qwen.ai with a PKCE challenge at the start and its verifier at the poll; the token
+  // answer's resource_url names the host its tokens are used at, portal.qwen.ai (decision 174).
+  "qwen-oauth": {
+    hosts: ["portal.qwen.ai"],
+    mount: "/p/qwen-oauth",
+    upstream: "https://portal.qwen.ai",
+    inject: { header: "authorization", format: "Bearer {secret}" },
+    oauth: {
+      grant: "device",
+      device_authorization_endpoint: "https://chat.qwen.ai/api/v1/oauth2/device/code",
+      token_endpoint: "https://chat.qwen.ai/api/v1/oauth2/token",
+      client_id: "f0304373b74a44d2b584a3fb70ca9e56",
+      scopes: ["openid", "profile", "email", "model.completion"],
+      device_pkce: true,
+      api_base_field: "resource_url",
+    },
+  },
 });
