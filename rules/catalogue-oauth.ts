@@ -100,4 +100,24 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       api_base_field: "resource_url",
     },
   },
+  // Nous Portal sign-in, as hermes-agent (hermes_cli/auth_nous.py, auth_device_flow.py,
+  // auth_constants.py) uses it: the device grant at portal.nousresearch.com with the public client
+  // hermes-cli; a refresh sends the refresh token in the x-nous-refresh-token header, not the
+  // body; the token answer's inference_base_url names the API, inference-api.nousresearch.com or,
+  // for a free account, welcome-api.nousresearch.com (decision 175).
+  "nous-oauth": {
+    hosts: ["inference-api.nousresearch.com", "welcome-api.nousresearch.com"],
+    mount: "/p/nous-oauth",
+    upstream: "https://inference-api.nousresearch.com",
+    inject: { header: "authorization", format: "Bearer {secret}" },
+    oauth: {
+      grant: "device",
+      device_authorization_endpoint: "https://portal.nousresearch.com/api/oauth/device/code",
+      token_endpoint: "https://portal.nousresearch.com/api/oauth/token",
+      client_id: "hermes-cli",
+      scopes: ["inference:invoke"],
+      refresh_token_header: "x-nous-refresh-token",
+      api_base_field: "inference_base_url",
+    },
+  },
 });

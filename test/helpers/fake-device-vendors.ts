@@ -99,6 +99,7 @@ export function installDeviceVendor(u: FakeUpstream, vendor: DeviceVendor): Fake
             scope: "inference:invoke",
             exp: now + ttl,
             iat: now,
+            jti: hex(6),
           })
         : hex(24);
     const rt = vendor === "nous" ? `nrt_${hex()}` : hex(24);

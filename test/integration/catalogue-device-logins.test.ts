@@ -3,7 +3,7 @@
 // `keybroker auth add qwen-oauth` / `nous-oauth` signs in as Qwen Code / hermes do (decisions
 // 174, 175): the login is stored, the broker swaps the placeholder for the real token on the
 // vendor's API host, and nothing the broker or the CLI wrote holds a token.
-import type { ProxyAgent } from "undici";
+import { type ProxyAgent, request } from "undici";
 import { afterEach, expect, it } from "vitest";
 import { FileTokenStore } from "../../state/tokens/home.js";
 import { startCli } from "../helpers/cli-session.js";
@@ -89,6 +89,85 @@ it(
     // The backend saw the real token (it echoes it); the echo comes back as the placeholder.
     expect(fake.backend).toContain(200);
     expect(JSON.parse(r.text).echo).toBe(placeholder);
+
+    // Qwen Code refreshing by itself under keybroker (its refresh token in the form body): answered
+    // from custody with phantoms, and with the login's resource_url, without which Qwen Code
+    // would turn to another API.
+    const res = await request("https://chat.qwen.ai/api/v1/oauth2/token", {
+      method: "POST",
+      dispatcher: agent,
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "refresh_token",
+        refresh_token: stored.refreshToken!,
+        client_id: "f0304373b74a44d2b584a3fb70ca9e56",
+      }).toString(),
+    });
+    const answer = (await res.body.json()) as Record<string, string>;
+    expect(res.statusCode).toBe(200);
+    expect(answer.refresh_token).toMatch(/kbph_/);
+    expect(answer.resource_url).toBe("portal.qwen.ai");
+    expect(fake.refreshes).toBe(0);
+  },
+  TEST_TIMEOUT,
+);
+
+it(
+  "auth add nous-oauth: hermes' device grant at portal.nousresearch.com; a refresh sends the refresh token in x-nous-refresh-token; hermes' own refresh through keybroker is answered at home with phantoms",
+  async () => {
+    const { f, fake, agent } = await setup("nous");
+    const login = await signIn(f, fake, "nous-oauth");
+    expect(login.status, `${login.out}\n${login.err}`).toBe(0);
+    expect(login.url).toMatch(/^https:\/\/portal\.nousresearch\.com\/device\/verify\?user_code=/);
+    expect(login.out).toContain(
+      "nous-oauth: the server serves this login at https://inference-api.nousresearch.com",
+    );
+    const store = new FileTokenStore(f.home);
+    expect((await store.get("nous-oauth", "default"))?.apiBase).toBe(
+      "https://inference-api.nousresearch.com/v1",
+    );
+
+    const placeholder = f.placeholders().NOUS_OAUTH_ACCESS_TOKEN!;
+    const call = () =>
+      chatThroughBroker(agent, placeholder, "https://inference-api.nousresearch.com/v1/chat/completions");
+    expect((await until(call, 200)).status).toBe(200);
+
+    // The server stops taking the token: the 401 makes keybroker refresh once, with the refresh
+    // token in the header Nous Portal reads it from, and the request is served again.
+    fake.refuseAccess();
+    const again = await call();
+    expect(again.status, again.text).toBe(200);
+    expect(fake.refreshes).toBe(1);
+    expect(fake.bodyRefreshes).toBe(0);
+
+    // hermes refreshing by itself under keybroker, with the real refresh token it signed in with
+    // before: answered from custody (not forwarded), with phantoms and the login's API.
+    const real = (await store.get("nous-oauth", "default"))!;
+    const refresh = async (token: string) => {
+      const res = await request("https://portal.nousresearch.com/api/oauth/token", {
+        method: "POST",
+        dispatcher: agent,
+        headers: { "content-type": "application/x-www-form-urlencoded", "x-nous-refresh-token": token },
+        body: "grant_type=refresh_token&client_id=hermes-cli",
+      });
+      return { status: res.statusCode, json: (await res.body.json()) as Record<string, string> };
+    };
+    const first = await refresh(real.refreshToken!);
+    expect(first.status).toBe(200);
+    expect(first.json.refresh_token).toMatch(/kbph_/);
+    expect(first.json.access_token).toMatch(/^eyJrYmwiOi/);
+    expect(first.json.inference_base_url).toBe("https://inference-api.nousresearch.com/v1");
+    // Its next refresh carries the phantom, in the header: answered at home too.
+    const second = await refresh(first.json.refresh_token!);
+    expect(second.status).toBe(200);
+    expect(fake.refreshes).toBe(1);
+    // The phantom access token works on the API host like the placeholder.
+    const viaPhantom = await chatThroughBroker(
+      agent,
+      second.json.access_token!,
+      "https://inference-api.nousresearch.com/v1/chat/completions",
+    );
+    expect(viaPhantom.status, viaPhantom.text).toBe(200);
   },
   TEST_TIMEOUT,
 );
