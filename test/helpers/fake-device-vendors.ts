@@ -47,6 +47,8 @@ export interface FakeDeviceVendor {
   bodyRefreshes: number;
   /** Backend answers, by status. */
   readonly backend: number[];
+  /** Qwen: the host its token answers name in `resource_url`. */
+  resourceUrl: string;
   /** The user approves the sign-in shown with this code. */
   approve(userCode: string): void;
   valid(access: string): boolean;
@@ -77,6 +79,7 @@ export function installDeviceVendor(u: FakeUpstream, vendor: DeviceVendor): Fake
     badVerifiers: 0,
     bodyRefreshes: 0,
     backend: [],
+    resourceUrl: "portal.qwen.ai",
     approve(userCode) {
       for (const d of devices.values()) if (d.userCode === userCode) d.approved = true;
     },
@@ -112,7 +115,7 @@ export function installDeviceVendor(u: FakeUpstream, vendor: DeviceVendor): Fake
       token_type: "Bearer",
       expires_in: ttl,
       ...(vendor === "qwen"
-        ? { resource_url: "portal.qwen.ai" }
+        ? { resource_url: fake.resourceUrl }
         : { scope: "inference:invoke", inference_base_url: "https://inference-api.nousresearch.com/v1" }),
     };
   };

@@ -113,6 +113,23 @@ it(
 );
 
 it(
+  "auth add qwen-oauth: a token answer naming an API host the provider does not list is stored, with a warning that names the host and what to do",
+  async () => {
+    const { f, fake } = await setup("qwen");
+    fake.resourceUrl = "dashscope-intl.aliyuncs.com";
+    const login = await signIn(f, fake, "qwen-oauth");
+    expect(login.status, `${login.out}\n${login.err}`).toBe(0);
+    expect(login.err).toContain(
+      "warning: qwen-oauth: the server serves this login at https://dashscope-intl.aliyuncs.com, which is not one of the provider's hosts, and keybroker sends its token nowhere else: list that host in providers.qwen-oauth.hosts of a rule file to use it",
+    );
+    expect((await new FileTokenStore(f.home).get("qwen-oauth", "default"))?.apiBase).toBe(
+      "dashscope-intl.aliyuncs.com",
+    );
+  },
+  TEST_TIMEOUT,
+);
+
+it(
   "auth add nous-oauth: hermes' device grant at portal.nousresearch.com; a refresh sends the refresh token in x-nous-refresh-token; hermes' own refresh through keybroker is answered at home with phantoms",
   async () => {
     const { f, fake, agent } = await setup("nous");
