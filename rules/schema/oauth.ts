@@ -112,7 +112,12 @@ export const oauthSchema = strict({
    * The field of the token answer that names the API this login is served at (Qwen's
    * `resource_url`, Nous Portal's `inference_base_url`): kept with the login (decision 174).
    */
-  api_base_field: matching(/^[A-Za-z0-9_.-]+$/, "a field name", "is not a valid field name").optional(),
+  api_base_field: matching(/^[A-Za-z0-9_.-]+$/, "a field name", "is not a valid field name")
+    .refine(
+      (name) => !/^(access_token|refresh_token|id_token|token_type|expires_in|scope)$/.test(name),
+      "names a field of the token answer keybroker reads itself (a token is never shown) — name the field that holds the API's address",
+    )
+    .optional(),
 });
 
 export type OAuthInput = z.infer<typeof oauthSchema>;
