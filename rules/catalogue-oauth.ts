@@ -90,4 +90,42 @@ export const OAUTH_CATALOGUE: Readonly<Record<string, ProviderInput>> = Object.f
       authorize_params: { access_type: "offline", prompt: "consent" },
     },
   },
+  // Qwen sign-in, as Qwen Code (packages/core/src/qwen/qwenOAuth2.ts) uses it: the device grant
+  // at chat.qwen.ai with a PKCE challenge at the start and its verifier at the poll; the token
+  // answer's resource_url names the host its tokens are used at, portal.qwen.ai (decision 174).
+  "qwen-oauth": {
+    hosts: ["portal.qwen.ai"],
+    mount: "/p/qwen-oauth",
+    upstream: "https://portal.qwen.ai",
+    inject: { header: "authorization", format: "Bearer {secret}" },
+    oauth: {
+      grant: "device",
+      device_authorization_endpoint: "https://chat.qwen.ai/api/v1/oauth2/device/code",
+      token_endpoint: "https://chat.qwen.ai/api/v1/oauth2/token",
+      client_id: "f0304373b74a44d2b584a3fb70ca9e56",
+      scopes: ["openid", "profile", "email", "model.completion"],
+      device_pkce: true,
+      api_base_field: "resource_url",
+    },
+  },
+  // Nous Portal sign-in, as hermes-agent (hermes_cli/auth_nous.py, auth_device_flow.py,
+  // auth_constants.py) uses it: the device grant at portal.nousresearch.com with the public client
+  // hermes-cli; a refresh sends the refresh token in the x-nous-refresh-token header, not the
+  // body; the token answer's inference_base_url names the API, inference-api.nousresearch.com or,
+  // for a free account, welcome-api.nousresearch.com (decision 175).
+  "nous-oauth": {
+    hosts: ["inference-api.nousresearch.com", "welcome-api.nousresearch.com"],
+    mount: "/p/nous-oauth",
+    upstream: "https://inference-api.nousresearch.com",
+    inject: { header: "authorization", format: "Bearer {secret}" },
+    oauth: {
+      grant: "device",
+      device_authorization_endpoint: "https://portal.nousresearch.com/api/oauth/device/code",
+      token_endpoint: "https://portal.nousresearch.com/api/oauth/token",
+      client_id: "hermes-cli",
+      scopes: ["inference:invoke"],
+      refresh_token_header: "x-nous-refresh-token",
+      api_base_field: "inference_base_url",
+    },
+  },
 });

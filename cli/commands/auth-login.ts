@@ -6,6 +6,7 @@ import { AuditTrail } from "../../audit/audit-trail.js";
 import { UserError } from "../../core/errors.js";
 import { knownSecrets } from "../../core/scrub.js";
 import { createOAuthAgent } from "../../proxy/oauth-agent.js";
+import { DEFAULT_PORT, hostMatches } from "../../rules/host-pattern.js";
 import { kindOf } from "../../rules/kinds/index.js";
 import type { OAuthRule, Rules } from "../../rules/types.js";
 import { parseDuration } from "../../rules/units.js";
@@ -13,6 +14,7 @@ import { deviceLogin } from "../../secrets/oauth/device-login.js";
 import { bindingSecret, mcpClient, mcpLogin } from "../../secrets/oauth/mcp-login.js";
 import { OAuthClient, type Tokens } from "../../secrets/oauth/oauth-client.js";
 import { pkceLogin } from "../../secrets/oauth/pkce-login.js";
+import { printable } from "../../secrets/oauth/verification-url.js";
 import { PoolState } from "../../secrets/pool.js";
 import { fingerprintOf } from "../../secrets/secret.js";
 import type { McpBinding, McpStore } from "../../state/mcp/store.js";
@@ -166,6 +168,7 @@ export async function addLogin(
     ctx.out(
       `${rule.id}: logged in as credential "${label}"${s.expiresAt === undefined ? "" : `, access token valid until ${s.expiresAt}`}${s.refreshable ? "" : " (no refresh token: log in again when it expires)"}`,
     );
+    if (login.apiBase !== undefined) sayApiBase(ctx, rule, login.apiBase);
     return 0;
   } catch (err) {
     if (err instanceof UserError || err instanceof UsageError) throw err;
@@ -174,6 +177,28 @@ export async function addLogin(
     close();
     await state.close();
   }
+}
+
+/**
+ * The API the server named for the login (Qwen's `resource_url` is a bare host name, Nous
+ * Portal's `inference_base_url` a URL; decision 174): said, and a warning when it is not on one
+ * of the provider's hosts, where keybroker would never put the token.
+ */
+function sayApiBase(ctx: Context, rule: OAuthRule, base: string): void {
+  let url: URL | undefined;
+  try {
+    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(base) ? base : `https://${base}`);
+  } catch {
+    url = undefined;
+  }
+  const port = url?.port === "" ? DEFAULT_PORT : Number(url?.port);
+  if (url?.protocol === "https:" && rule.hosts.some((h) => hostMatches(h, url.hostname, port))) {
+    ctx.out(`${rule.id}: the server serves this login at ${url.origin}`);
+    return;
+  }
+  ctx.err(
+    `warning: ${rule.id}: the server serves this login at ${printable(url?.origin ?? base.slice(0, 200))}, which is not one of the provider's hosts, and keybroker sends its token nowhere else: list that host in providers.${rule.id}.hosts of a rule file to use it`,
+  );
 }
 
 export async function removeLogin(

@@ -18,6 +18,7 @@ import type { Agent } from "undici";
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { secretForms } from "../../core/scrub.js";
+import type { OAuthSpec } from "../../rules/types.js";
 import { answerFromLogin, labelFor, loginFromAnswer, phantomAnswer } from "../../secrets/oauth/capture.js";
 import { type PhantomBinding, Phantoms } from "../../secrets/oauth/phantoms.js";
 import { isExpired, refreshAt } from "../../secrets/oauth/refresher.js";
@@ -113,14 +114,17 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
       return forwardAsIs(x, agent, raw, endpoint, log);
     }
     const provider = endpoint.provider.rule.id;
+    const spec = oauthOf(endpoint);
     if (body.params.grant_type === "refresh_token") {
-      const token = body.params.refresh_token ?? "";
+      // Nous Portal's refresh carries its refresh token in a header, not the body (decision 175).
+      const token = body.params.refresh_token ?? headerOf(x.headers, spec?.refreshTokenHeader) ?? "";
       const bound = phantoms.read(token);
-      if (bound !== undefined && bound.provider === provider) return answerAtHome(x, provider, bound.id, log);
+      if (bound !== undefined && bound.provider === provider)
+        return answerAtHome(x, provider, bound.id, log, spec?.apiBaseField);
       if (bound !== undefined)
         answer(x, 400, { error: "invalid_grant", error_description: "not a token of this server" });
       const held = x.rt.logins?.members(provider).find((e) => e.login.refreshToken === token);
-      if (held !== undefined) return answerAtHome(x, provider, held.login.id, log);
+      if (held !== undefined) return answerAtHome(x, provider, held.login.id, log, spec?.apiBaseField);
       return forwardAndCapture(x, agent, raw, endpoint, log);
     }
     if (body.params.grant_type === TOKEN_EXCHANGE && !body.json) {
@@ -142,8 +146,27 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
   };
 }
 
+/** The `oauth:` of the endpoint's provider. */
+function oauthOf(endpoint: OAuthEndpoint): OAuthSpec | undefined {
+  const rule = endpoint.provider.rule;
+  return "oauth" in rule ? rule.oauth : undefined;
+}
+
+/** The value of header `name` in a raw header list (names in any case); undefined when absent. */
+function headerOf(raw: readonly string[], name: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === name.toLowerCase()) return raw[i + 1];
+  return undefined;
+}
+
 /** A refresh answered from custody: a real one only when due, then the login's phantoms. */
-async function answerAtHome(x: Exchange, provider: string, id: string, log: Logger): Promise<void> {
+async function answerAtHome(
+  x: Exchange,
+  provider: string,
+  id: string,
+  log: Logger,
+  apiBaseField: string | undefined,
+): Promise<void> {
   const logins = x.rt.logins;
   let entry = logins?.get(provider, id);
   // Not held yet (an import or another broker's sign-in a moment ago): read it once, since the
@@ -175,7 +198,7 @@ async function answerAtHome(x: Exchange, provider: string, id: string, log: Logg
     if (entry.login.state !== "ok") gone();
   }
   x.secret = entry.secret;
-  answer(x, 200, answerFromLogin(x.rt.phantoms, entry.login));
+  answer(x, 200, answerFromLogin(x.rt.phantoms, entry.login, Date.now(), apiBaseField));
 }
 
 interface Upstream {
@@ -313,7 +336,7 @@ async function capture(
   if (logins === undefined) {
     answer(x, 503, { error: "temporarily_unavailable", error_description: "keybroker keeps no logins here" });
   }
-  const draft = loginFromAnswer(provider, "default", json);
+  const draft = loginFromAnswer(provider, "default", json, Date.now(), oauthOf(endpoint)?.apiBaseField);
   const id = labelFor(logins, provider, draft?.account);
   const login = draft === undefined ? undefined : { ...draft, id };
   if (login === undefined) relay(x, up);

@@ -93,6 +93,31 @@ export const oauthSchema = strict({
     .optional(),
   max_response_bytes: byteSize.optional(),
   token_timeout: positiveDuration.optional(),
+  /**
+   * The device authorization carries a PKCE challenge (S256) and the device-code poll its
+   * verifier, as Qwen's authorization server requires (decision 174).
+   */
+  device_pkce: z.boolean(expect("true or false")).optional(),
+  /**
+   * A refresh sends the refresh token in this header instead of the body, as Nous Portal wants
+   * it (decision 175).
+   */
+  refresh_token_header: headerName
+    .refine(
+      (name) => !RESERVED_HEADERS.has(name.toLowerCase()) && !/^(authorization|content-type)$/i.test(name),
+      "keybroker sets this header on token requests itself — choose another",
+    )
+    .optional(),
+  /**
+   * The field of the token answer that names the API this login is served at (Qwen's
+   * `resource_url`, Nous Portal's `inference_base_url`): kept with the login (decision 174).
+   */
+  api_base_field: matching(/^[A-Za-z0-9_.-]+$/, "a field name", "is not a valid field name")
+    .refine(
+      (name) => !/^(access_token|refresh_token|id_token|token_type|expires_in|scope)$/.test(name),
+      "names a field of the token answer keybroker reads itself (a token is never shown) — name the field that holds the API's address",
+    )
+    .optional(),
 });
 
 export type OAuthInput = z.infer<typeof oauthSchema>;
@@ -107,6 +132,9 @@ export const OAUTH_AS_WRITTEN = [
   "token_info_endpoint",
   "userinfo_endpoint",
   "redirect_uri",
+  "device_pkce",
+  "refresh_token_header",
+  "api_base_field",
 ] as const satisfies readonly (keyof OAuthInput)[];
 export type RefineContext = z.core.$RefinementCtx<unknown>;
 

@@ -53,12 +53,16 @@ export function labelFor(logins: OAuthLogins, provider: string, account: string 
   return `acct-${createHash("sha256").update(account).digest("hex").slice(0, 10)}`;
 }
 
-/** A login from a token endpoint's answer; undefined when the answer holds no access token. */
+/**
+ * A login from a token endpoint's answer; undefined when the answer holds no access token.
+ * `apiBaseField` is the provider's `oauth.api_base_field`: the API the answer names is kept.
+ */
 export function loginFromAnswer(
   provider: string,
   id: string,
   answer: Record<string, unknown>,
   now = Date.now(),
+  apiBaseField?: string,
 ): StoredLogin | undefined {
   const access = answer.access_token;
   if (typeof access !== "string" || access === "") return undefined;
@@ -75,6 +79,7 @@ export function loginFromAnswer(
       idToken,
       expiresIn: expiresInOf(answer, access, now),
       scope: str("scope"),
+      apiBase: apiBaseField === undefined ? undefined : str(apiBaseField),
     },
     now,
   );
@@ -98,12 +103,14 @@ export function phantomAnswer(
 
 /**
  * The answer keybroker gives a refresh it answers itself: the login's current tokens, each as
- * its phantom, in the shape of a token endpoint's answer (RFC 6749 §5.1).
+ * its phantom, in the shape of a token endpoint's answer (RFC 6749 §5.1), with the API the
+ * login is served at under `apiBaseField` (Qwen Code falls back to another API without it).
  */
 export function answerFromLogin(
   phantoms: Phantoms,
   login: StoredLogin,
   now = Date.now(),
+  apiBaseField?: string,
 ): Record<string, unknown> {
   const b = { provider: login.provider, id: login.id };
   return {
@@ -118,5 +125,6 @@ export function answerFromLogin(
     }),
     ...(login.idToken === undefined ? {} : { id_token: phantoms.make(login.idToken, { ...b, kind: "id" }) }),
     ...(login.scope === undefined ? {} : { scope: login.scope }),
+    ...(apiBaseField === undefined || login.apiBase === undefined ? {} : { [apiBaseField]: login.apiBase }),
   };
 }

@@ -38,7 +38,7 @@ export async function deviceLogin(
     const left = Math.max(MIN_POLL_INTERVAL_S, (deadline - Date.now()) / 1000);
     await sleep(Math.min(interval, MAX_POLL_INTERVAL_S, left) * 1000, undefined, { signal });
     try {
-      return await client.pollDevice(start.deviceCode, signal);
+      return await client.pollDevice(start, signal);
     } catch (err) {
       if (!(err instanceof OAuthServerError)) throw err;
       switch (err.error) {

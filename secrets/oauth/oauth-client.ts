@@ -14,6 +14,8 @@ export interface Tokens {
   /** Seconds, as the server said. */
   readonly expiresIn?: number;
   readonly scope?: string;
+  /** The API this login is served at, from the answer's `oauth.api_base_field` (decision 174). */
+  readonly apiBase?: string;
 }
 
 export interface DeviceStart {
@@ -23,6 +25,8 @@ export interface DeviceStart {
   readonly verificationUriComplete?: string;
   readonly expiresIn: number;
   readonly interval: number;
+  /** `oauth.device_pkce`: the PKCE verifier the poll proves the start with (never shown). */
+  readonly verifier?: string;
 }
 
 /** An error answer of the authorization server (`invalid_grant`, `access_denied`, ...). */
@@ -158,6 +162,12 @@ export class OAuthClient {
       const as = await this.server();
       const params: Record<string, string> = { ...this.spec.authorizeParams };
       if (this.spec.scopes.length > 0) params.scope = this.spec.scopes.join(" ");
+      // Qwen's server binds the device code to a PKCE challenge, proven at the poll (decision 174).
+      const verifier = this.spec.devicePkce === true ? oauth.generateRandomCodeVerifier() : undefined;
+      if (verifier !== undefined) {
+        params.code_challenge = await oauth.calculatePKCECodeChallenge(verifier);
+        params.code_challenge_method = "S256";
+      }
       const res = await oauth.deviceAuthorizationRequest(as, this.#client, await this.#clientAuth(), params, {
         ...this.#options({}, signal),
         additionalParameters: undefined,
@@ -172,23 +182,27 @@ export class OAuthClient {
           : { verificationUriComplete: d.verification_uri_complete }),
         expiresIn: d.expires_in,
         interval: d.interval ?? 5,
+        ...(verifier === undefined ? {} : { verifier }),
       };
     } catch (err) {
       translate(err);
     }
   }
 
-  async pollDevice(deviceCode: string, signal?: AbortSignal): Promise<Tokens> {
+  async pollDevice(
+    start: Pick<DeviceStart, "deviceCode" | "verifier">,
+    signal?: AbortSignal,
+  ): Promise<Tokens> {
     try {
       const as = await this.server();
       const res = await oauth.deviceCodeGrantRequest(
         as,
         this.#client,
         await this.#clientAuth(),
-        deviceCode,
-        this.#options({}, signal),
+        start.deviceCode,
+        this.#options(start.verifier === undefined ? {} : { code_verifier: start.verifier }, signal),
       );
-      return tokensOf(await oauth.processDeviceCodeResponse(as, this.#client, res));
+      return this.#tokens(await oauth.processDeviceCodeResponse(as, this.#client, res));
     } catch (err) {
       translate(err);
     }
@@ -236,7 +250,7 @@ export class OAuthClient {
         verifier,
         this.#options(),
       );
-      return tokensOf(
+      return this.#tokens(
         await oauth.processAuthorizationCodeResponse(as, this.#client, await withTokenType(res)),
       );
     } catch (err) {
@@ -247,14 +261,32 @@ export class OAuthClient {
   async refresh(refreshToken: string): Promise<Tokens> {
     try {
       const as = await this.server();
-      const res = await oauth.refreshTokenGrantRequest(
-        as,
-        this.#client,
-        await this.#clientAuth(),
-        refreshToken,
-        this.#options(),
+      const header = this.spec.refreshTokenHeader;
+      // Nous Portal takes the refresh token in a header, never in the body (decision 175).
+      const res =
+        header === undefined
+          ? await oauth.refreshTokenGrantRequest(
+              as,
+              this.#client,
+              await this.#clientAuth(),
+              refreshToken,
+              this.#options(),
+            )
+          : await oauth.genericTokenEndpointRequest(
+              as,
+              this.#client,
+              await this.#clientAuth(),
+              "refresh_token",
+              { ...this.spec.tokenParams },
+              {
+                [oauth.customFetch]: this.#fetch as unknown as typeof fetch,
+                [oauth.allowInsecureRequests]: true,
+                headers: { [header]: refreshToken },
+              },
+            );
+      return this.#tokens(
+        await oauth.processRefreshTokenResponse(as, this.#client, await withTokenType(res)),
       );
-      return tokensOf(await oauth.processRefreshTokenResponse(as, this.#client, await withTokenType(res)));
     } catch (err) {
       translate(err);
     }
@@ -275,7 +307,7 @@ export class OAuthClient {
           [oauth.allowInsecureRequests]: true,
         },
       );
-      return tokensOf(await oauth.processClientCredentialsResponse(as, this.#client, res));
+      return this.#tokens(await oauth.processClientCredentialsResponse(as, this.#client, res));
     } catch (err) {
       translate(err);
     }
@@ -296,6 +328,13 @@ export class OAuthClient {
     } catch (err) {
       translate(err);
     }
+  }
+
+  /** The answer's tokens, and the API base it names when the provider says where to read it. */
+  #tokens(r: oauth.TokenEndpointResponse): Tokens {
+    const field = this.spec.apiBaseField;
+    const base = field === undefined ? undefined : r[field];
+    return { ...tokensOf(r), ...(typeof base === "string" && base !== "" ? { apiBase: base } : {}) };
   }
 }
 

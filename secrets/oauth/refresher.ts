@@ -200,6 +200,10 @@ export class Refresher {
             ? {}
             : { idToken: tokens.idToken ?? current.idToken }),
           ...(current.account === undefined ? {} : { account: current.account }),
+          // A refresh answer may name the API anew (Qwen, Nous Portal); else the login's stays.
+          ...((tokens.apiBase ?? current.apiBase) === undefined
+            ? {}
+            : { apiBase: tokens.apiBase ?? current.apiBase }),
           ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
           issuedAt: now,
           ...((tokens.scope ?? current.scope) === undefined ? {} : { scope: tokens.scope ?? current.scope }),

@@ -14,6 +14,11 @@ export interface StoredLogin {
   readonly idToken?: string;
   /** Who signed in (an account id or e-mail read from the id token), never a secret. */
   readonly account?: string;
+  /**
+   * The API the server said this login is served at (Qwen's `resource_url`, Nous Portal's
+   * `inference_base_url`; decision 174), never a secret.
+   */
+  readonly apiBase?: string;
   /** Epoch ms when the access token expires; undefined when the server did not say. */
   readonly expiresAt?: number;
   /** When the current access token was obtained (epoch ms): the lifetime is expiresAt - issuedAt. */
@@ -58,6 +63,7 @@ export function newLogin(
     readonly idToken?: string | undefined;
     readonly expiresIn?: number | undefined;
     readonly scope?: string | undefined;
+    readonly apiBase?: string | undefined;
   },
   now = Date.now(),
 ): StoredLogin {
@@ -67,6 +73,7 @@ export function newLogin(
     accessToken: tokens.accessToken,
     ...(tokens.refreshToken === undefined ? {} : { refreshToken: tokens.refreshToken }),
     ...(tokens.idToken === undefined ? {} : { idToken: tokens.idToken }),
+    ...(tokens.apiBase === undefined ? {} : { apiBase: tokens.apiBase }),
     ...(tokens.expiresIn === undefined ? {} : { expiresAt: now + tokens.expiresIn * 1000 }),
     issuedAt: now,
     ...(tokens.scope === undefined ? {} : { scope: tokens.scope }),
@@ -130,6 +137,7 @@ export function parseLogin(text: string): StoredLogin | undefined {
     ...optional("refreshToken", str("refreshToken")),
     ...optional("idToken", str("idToken")),
     ...optional("account", str("account")),
+    ...optional("apiBase", str("apiBase")),
     ...optional("expiresAt", num("expiresAt")),
     issuedAt: num("issuedAt") ?? num("createdAt") ?? 0,
     ...optional("scope", str("scope")),

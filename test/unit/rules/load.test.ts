@@ -532,6 +532,9 @@ describe("compiling", () => {
         "      redirect_uri: http://example.com/cb",
         "      token_headers: { authorization: x }",
         "      token_timeout: 0s",
+        "      api_base_field: access_token",
+        "      refresh_token_header: content-type",
+        "      device_pkce: yes-please",
       ].join("\n"),
     );
     expect(found).toEqual(
@@ -555,6 +558,18 @@ describe("compiling", () => {
         expect.objectContaining({
           path: "providers.p.oauth.token_timeout",
           message: expect.stringContaining("more than zero"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.api_base_field",
+          message: expect.stringContaining("a token is never shown"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.refresh_token_header",
+          message: expect.stringContaining("itself"),
+        }),
+        expect.objectContaining({
+          path: "providers.p.oauth.device_pkce",
+          message: expect.stringContaining("true or false"),
         }),
       ]),
     );
