@@ -320,3 +320,14 @@ export async function chatThroughBroker(
   });
   return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
 }
+
+/** The broker learns of a new login from a file watch: calls until the answer has `status` (10 s). */
+export async function callUntil(call: () => ReturnType<typeof chatThroughBroker>, status: number) {
+  const deadline = Date.now() + 10_000;
+  let r = await call();
+  while (r.status !== status && Date.now() < deadline) {
+    await new Promise((x) => setTimeout(x, 50));
+    r = await call();
+  }
+  return r;
+}

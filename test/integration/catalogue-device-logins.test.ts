@@ -13,7 +13,7 @@ import {
   type FakeDeviceVendor,
   installDeviceVendor,
 } from "../helpers/fake-device-vendors.js";
-import { chatThroughBroker } from "../helpers/fake-oauth.js";
+import { callUntil, chatThroughBroker } from "../helpers/fake-oauth.js";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 import { oauthLeaks } from "../helpers/oauth-leaks.js";
 
@@ -51,17 +51,6 @@ async function signIn(f: InProcessFixture, fake: FakeDeviceVendor, provider: str
   return { url: url!, status, out: add.out(), err: add.err() };
 }
 
-/** The broker learns of a new login from a file watch: call until it serves. */
-async function until(call: () => ReturnType<typeof chatThroughBroker>, status: number) {
-  const deadline = Date.now() + 10_000;
-  let r = await call();
-  while (r.status !== status && Date.now() < deadline) {
-    await new Promise((x) => setTimeout(x, 50));
-    r = await call();
-  }
-  return r;
-}
-
 const TEST_TIMEOUT = 90_000;
 
 it(
@@ -84,7 +73,7 @@ it(
     const placeholder = f.placeholders().QWEN_OAUTH_ACCESS_TOKEN!;
     expect(placeholder).toBeDefined();
     const call = () => chatThroughBroker(agent, placeholder, "https://portal.qwen.ai/v1/chat/completions");
-    const r = await until(call, 200);
+    const r = await callUntil(call, 200);
     expect(r.status, r.text).toBe(200);
     // The backend saw the real token (it echoes it); the echo comes back as the placeholder.
     expect(fake.backend).toContain(200);
@@ -147,7 +136,7 @@ it(
     const placeholder = f.placeholders().NOUS_OAUTH_ACCESS_TOKEN!;
     const call = () =>
       chatThroughBroker(agent, placeholder, "https://inference-api.nousresearch.com/v1/chat/completions");
-    expect((await until(call, 200)).status).toBe(200);
+    expect((await callUntil(call, 200)).status).toBe(200);
 
     // The server stops taking the token: the 401 makes keybroker refresh once, with the refresh
     // token in the header Nous Portal reads it from, and the request is served again.

@@ -12,6 +12,7 @@ import { FileTokenStore } from "../../state/tokens/home.js";
 import { freePort, startCli } from "../helpers/cli-session.js";
 import {
   AUTH_HOST,
+  callUntil,
   chatThroughBroker,
   type FakeOAuth,
   installFakeOAuth,
@@ -55,16 +56,7 @@ async function setup(oauthExtra = "") {
   const placeholder = f.placeholders().CODEX_OAUTH_ACCESS_TOKEN!;
   const agent = f.proxyAgent();
   const call = () => chatThroughBroker(agent, placeholder);
-  /** The broker learns of a new login from a file watch: wait until it serves. */
-  const until = async (status: number) => {
-    const deadline = Date.now() + 10_000;
-    let r = await call();
-    while (r.status !== status && Date.now() < deadline) {
-      await new Promise((x) => setTimeout(x, 50));
-      r = await call();
-    }
-    return r;
-  };
+  const until = (status: number) => callUntil(call, status);
   return { f, fake, call, until, agent };
 }
 
