@@ -88,12 +88,16 @@ ${COMMON_HELP}`,
     ctx.out(
       `keybroker listening on ${broker.address.url} · CA ${broker.ca.certPath} · admin page: keybroker admin`,
     );
+    // The catalogue's subscription sign-ins nobody has made yet: one line, not a warning each,
+    // as the catalogue's key providers without a key say nothing.
+    const unused: string[] = [];
     for (const p of broker.runtime.providers.values()) {
       if (kindOf(p.rule).poolOfLogins) {
         // Active with no credential at all: its logins live in the token store (docs/spec.md §8).
         const logins = broker.logins.members(p.rule.id).length;
         if (logins > 0 || !kindOf(p.rule).personLogins)
           ctx.log.info({ provider: p.rule.id, logins }, "provider active (OAuth)");
+        else if (p.rule.fromCatalogue) unused.push(p.rule.id);
         else
           ctx.log.warn(
             { provider: p.rule.id },
@@ -109,6 +113,12 @@ ${COMMON_HELP}`,
           `provider has no credential yet (${why || "no credentials listed"})`,
         );
       }
+    }
+    if (unused.length > 0) {
+      ctx.log.info(
+        { providers: unused },
+        `subscription sign-ins with no login yet (keybroker auth add <provider> signs in): ${unused.join(", ")}`,
+      );
     }
     if (![...broker.runtime.providers.values()].some((p) => p.active)) {
       ctx.log.warn(

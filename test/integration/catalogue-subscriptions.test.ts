@@ -2,7 +2,7 @@
 // all, `keybroker auth add codex-oauth` (and claude-oauth) starts the agent's own PKCE sign-in:
 // its authorization endpoint, public client id, scopes and fixed loopback redirect (decision 160).
 import { expect, it } from "vitest";
-import { cliAsync, tempHome } from "../helpers/broker.js";
+import { cliAsync, startBroker, tempHome } from "../helpers/broker.js";
 
 it.each([
   [
@@ -50,3 +50,24 @@ it.each([
   },
   120_000,
 );
+
+it("a broker on the embedded catalogue names the subscription sign-ins nobody made in one info line, with no warning each", async () => {
+  const broker = await startBroker({ env: { OPENAI_API_KEY: "sk-test-catalogue-start-4f1d" } });
+  try {
+    // The start-up lines follow the listening line: wait for the last of them.
+    await expect.poll(() => broker.stderr(), { timeout: 10_000 }).toContain("subscription sign-ins");
+    const lines = (broker.stdout() + broker.stderr())
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { level: string; msg: string; providers?: string[] });
+    expect(lines.filter((l) => l.level === "warn")).toEqual([]);
+    const unused = lines.filter((l) => l.msg.startsWith("subscription sign-ins with no login yet"));
+    expect(unused).toHaveLength(1);
+    expect(unused[0]!.providers).toEqual(
+      expect.arrayContaining(["codex-oauth", "claude-oauth", "gemini-oauth"]),
+    );
+    expect(unused[0]!.msg).toContain("keybroker auth add <provider>");
+  } finally {
+    await broker.stop();
+  }
+});
