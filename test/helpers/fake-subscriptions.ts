@@ -19,6 +19,7 @@
 import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
+import { type CliResult, cliAsync, tempHome } from "./broker.js";
 import type { FakeUpstream, Route } from "./upstream.js";
 
 export type Vendor = "codex" | "claude" | "gemini";
@@ -421,4 +422,23 @@ export function installVendor(u: FakeUpstream, vendor: Vendor): FakeVendor {
 export function subscriptionRules(u: FakeUpstream, extra = ""): string {
   const resolve = SUBSCRIPTION_HOSTS.map((h) => `  "${h}:443": "127.0.0.1:${u.port}"\n`).join("");
   return `version: 1\nupstream_ca: [${JSON.stringify(u.caPath)}]\nresolve:\n${resolve}${extra}`;
+}
+
+/**
+ * `keybroker auth add <provider> --no-browser --timeout 1s` in a new home with no rule file: the
+ * authorization URL it printed, and how it ended (nobody comes back, so it fails, storing nothing).
+ * The redirect port is the agent's own fixed one (1455, 53692), in the ephemeral range, and a real
+ * agent another test file runs may hold it: `auth add` then says it is in use; try again until
+ * it is free.
+ */
+export async function authAddUrl(provider: string): Promise<{ url: URL; result: CliResult }> {
+  const argv = ["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", tempHome()];
+  let r = await cliAsync(argv);
+  for (let i = 0; i < 90 && /is in use/.test(r.stderr); i++) {
+    await new Promise((done) => setTimeout(done, 1000));
+    r = await cliAsync(argv);
+  }
+  const shown = /https:\/\/\S+/.exec(r.stdout + r.stderr);
+  if (shown === null) throw new Error(`auth add ${provider} printed no URL:\n${r.stdout}${r.stderr}`);
+  return { url: new URL(shown[0]), result: r };
 }

@@ -1,21 +1,12 @@
 // docs/spec.md §6: the embedded catalogue knows the agents' subscription sign-ins. With no rule file at
-// all, `keybroker auth add codex-oauth` (and claude-oauth) starts the agent's own PKCE sign-in:
-// its authorization endpoint, public client id, scopes and fixed loopback redirect (decision 160).
+// all, `keybroker auth add claude-oauth` starts the agent's own PKCE sign-in: its authorization
+// endpoint, public client id, scopes and fixed loopback redirect (decision 160). codex-oauth's is
+// compared with the real `codex login` in phantom-codex-login.test.ts.
 import { expect, it } from "vitest";
-import { cliAsync, startBroker, tempHome } from "../helpers/broker.js";
+import { startBroker } from "../helpers/broker.js";
+import { authAddUrl } from "../helpers/fake-subscriptions.js";
 
 it.each([
-  [
-    "codex-oauth",
-    "https://auth.openai.com/oauth/authorize",
-    {
-      client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
-      redirect_uri: "http://127.0.0.1:1455/auth/callback",
-      scope: "openid profile email offline_access api.connectors.read api.connectors.invoke",
-      originator: "codex_cli_rs",
-      codex_cli_simplified_flow: "true",
-    },
-  ],
   [
     "claude-oauth",
     "https://claude.ai/oauth/authorize",
@@ -29,18 +20,7 @@ it.each([
 ])(
   "auth add %s needs no rule file",
   async (provider, endpoint, params) => {
-    const home = tempHome();
-    // The redirect port is the agent's own fixed one (1455, 53692): the real agents another test
-    // file runs at the same time may hold it while they run, and it is in the ephemeral range.
-    // `auth add` then says so and stores nothing; try again until it is free.
-    let r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
-    for (let i = 0; i < 90 && /is in use/.test(r.stderr); i++) {
-      await new Promise((done) => setTimeout(done, 1000));
-      r = await cliAsync(["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", home]);
-    }
-    const shown = /https:\/\/\S+/.exec(r.stdout + r.stderr);
-    expect(shown, r.stdout + r.stderr).not.toBeNull();
-    const url = new URL(shown![0]);
+    const { url, result: r } = await authAddUrl(provider);
     expect(`${url.origin}${url.pathname}`).toBe(endpoint);
     for (const [k, v] of Object.entries(params)) expect(url.searchParams.get(k), k).toBe(v);
     expect(url.searchParams.get("code_challenge_method")).toBe("S256");

@@ -15,13 +15,13 @@ import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { Agent, request } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { OAUTH_CATALOGUE } from "../../rules/catalogue-oauth.js";
 import { FileTokenStore } from "../../state/tokens/home.js";
 import { CLI, findSecrets, homeArgs, outputs, ROOT, runProcess, tempHome } from "../helpers/broker.js";
 import { type Running, startProcess } from "../helpers/cli-session.js";
 import { ANSWERS, responses, responsesSocket, type SocketMessage } from "../helpers/fake-llm.js";
 import {
   ACCOUNT_ID,
+  authAddUrl,
   type FakeVendor,
   installVendor,
   subscriptionRules,
@@ -41,6 +41,8 @@ const sockets: SocketMessage[] = [];
 const dirs: string[] = [];
 /** Codex's home, signed in by the first test. */
 let home = "";
+/** The authorization URL the real `codex login` printed in the first test. */
+let codexAuthorize: URL | undefined;
 
 beforeAll(async () => {
   sink.listen(0, "127.0.0.1");
@@ -101,16 +103,10 @@ it("codex login under keybroker run: the browser sign-in ends in keybroker's cus
   for (const d of ["home", "tmp", "work"]) mkdirSync(join(dir, d));
   home = join(dir, "home");
   const { login, url } = await codexLogin(home);
+  codexAuthorize = url;
   const redirect = new URL(url.searchParams.get("redirect_uri")!);
   expect(url.searchParams.get("code_challenge_method")).toBe("S256");
   expect(["1455", "1457"]).toContain(redirect.port);
-  // keybroker's own `auth add codex-oauth` signs in as this Codex does (decision 160).
-  const catalogue = OAUTH_CATALOGUE["codex-oauth"]!.oauth!;
-  expect(url.searchParams.get("client_id")).toBe(catalogue.client_id);
-  expect(url.searchParams.get("scope")).toBe(catalogue.scopes!.join(" "));
-  expect(`${redirect.protocol}//${redirect.hostname}${redirect.pathname}`).toBe(
-    catalogue.redirect_uri!.replace(/:\d+\//, "/"),
-  );
 
   // The browser, outside keybroker: auth.openai.com is the fake, reached by its name.
   const browser = new Agent({
@@ -202,3 +198,28 @@ it("a token chatgpt.com revokes mid-run (after the routing discovery): Codex's W
   const audit = readFileSync(join(f.home, "audit/audit.jsonl"), "utf8");
   expect(audit).not.toContain('"decision":"marked"');
 }, 240_000);
+
+// Here rather than in catalogue-subscriptions.test.ts: `codex login` above holds the same fixed
+// port while it runs, and the tests of one file run one after another.
+it("keybroker auth add codex-oauth, with no rule file, asks auth.openai.com for what this codex login asked", async () => {
+  expect(codexAuthorize, "the first test's codex login printed no URL").toBeDefined();
+  const real = codexAuthorize!;
+  const { url, result } = await authAddUrl("codex-oauth");
+  expect(result.status).not.toBe(0);
+  expect(`${url.origin}${url.pathname}`).toBe(`${real.origin}${real.pathname}`);
+  for (const k of [
+    "client_id",
+    "scope",
+    "redirect_uri",
+    "response_type",
+    "code_challenge_method",
+    "id_token_add_organizations",
+    "codex_cli_simplified_flow",
+    "originator",
+  ]) {
+    // Codex falls back to 1457 when 1455 is taken; keybroker's is the first choice.
+    const want =
+      k === "redirect_uri" ? real.searchParams.get(k)?.replace(":1457/", ":1455/") : real.searchParams.get(k);
+    expect(url.searchParams.get(k), k).toBe(want);
+  }
+});
