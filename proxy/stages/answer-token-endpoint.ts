@@ -105,13 +105,13 @@ export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
     if (endpoint.role === "check" && raw.length === 0)
       return forwardCheck(x, agent, { params: {}, json: false, empty: true }, endpoint);
     const body = parseBody(raw, x.req.headers["content-type"]);
-    if (body === undefined) return forwardAsIs(x, agent, raw, endpoint, log);
+    if (body === undefined) return forwardAndCapture(x, agent, raw, endpoint, log, true);
     const phantoms = x.rt.phantoms;
     if (endpoint.role === "check") return forwardCheck(x, agent, body, endpoint);
     if (endpoint.role === "revoke") {
       // A logout with a phantom: nothing to tell the server, the login stays (auth remove ends it).
       if (Object.values(body.params).some((v) => phantoms.read(v) !== undefined)) answer(x, 200, {});
-      return forwardAsIs(x, agent, raw, endpoint, log);
+      return forwardAndCapture(x, agent, raw, endpoint, log, true);
     }
     const provider = endpoint.provider.rule.id;
     const spec = oauthOf(endpoint);
@@ -295,30 +295,23 @@ function jsonOf(up: Upstream): Record<string, unknown> | undefined {
   }
 }
 
-async function forwardAsIs(
-  x: Exchange,
-  agent: () => Agent,
-  raw: Buffer,
-  endpoint: OAuthEndpoint,
-  _log: Logger,
-) {
-  const up = await send(x, agent, raw, endpoint);
-  const json = jsonOf(up);
-  // Whatever the request was, no token the server hands out reaches the agent as it is.
-  if (json !== undefined && typeof json.access_token === "string") return capture(x, up, json, endpoint);
-  relay(x, up);
-}
-
+/**
+ * Forwards the request as it came; an answer holding an access token is taken into custody and
+ * reaches the agent with phantoms, whatever its status when `anyStatus` (no token the server
+ * hands out reaches the agent as it is), else only a 2xx one. Anything else is relayed.
+ */
 async function forwardAndCapture(
   x: Exchange,
   agent: () => Agent,
   raw: Buffer,
   endpoint: OAuthEndpoint,
   log: Logger,
+  anyStatus = false,
 ) {
   const up = await send(x, agent, raw, endpoint);
   const json = jsonOf(up);
-  if (up.status >= 200 && up.status < 300 && json !== undefined && typeof json.access_token === "string")
+  const ok = anyStatus || (up.status >= 200 && up.status < 300);
+  if (ok && json !== undefined && typeof json.access_token === "string")
     return capture(x, up, json, endpoint, log);
   relay(x, up);
 }

@@ -1,6 +1,7 @@
 // The admin page spoken to as its script would, without a browser: form posts with the session
 // cookie (named per port, as browsers need) and the page secret in its header (decision 104).
 // Every page answered is kept for the tests' secret scans.
+import { type Browser, chromium } from "playwright-core";
 import { request } from "undici";
 
 export interface AdminAnswer {
@@ -58,3 +59,17 @@ export function sessionOf(login: AdminAnswer): AdminSession | undefined {
 }
 
 export const csrfOf = (page: string): string | undefined => /name="csrf" value="([^"]+)"/.exec(page)?.[1];
+
+/** Headless Chromium (the Debian package), as the admin page's browser tests drive it. */
+export function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--no-first-run",
+      "--disable-background-networking",
+    ],
+  });
+}

@@ -1,6 +1,6 @@
 // A broker wired to a fake upstream: provider hosts resolve to the upstream's port, the
 // upstream's test CA is trusted, and real-looking keys sit in the broker's environment only.
-import { readFileSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import {
@@ -147,4 +147,24 @@ export async function sendBlockedRequest(agent: ProxyAgent, openaiPlaceholder: s
   });
   await res.body.text();
   return res.statusCode;
+}
+
+/**
+ * Files for a broker or `run` started as the user nobody (uid 65534): in `dir` (opened to 0755),
+ * a rule file for `upstream` whose CA is a copy nobody can read, and a `work` folder (its HOME)
+ * and a keybroker `home`, both nobody's own at 0700.
+ */
+export function nobodyFiles(upstream: FakeUpstream, dir: string) {
+  chmodSync(dir, 0o755);
+  const ca = join(dir, "upstream-ca.pem");
+  copyFileSync(upstream.caPath, ca);
+  const config = join(dir, "keybroker.yaml");
+  writeFileSync(config, rulesFor(upstream).replace(JSON.stringify(upstream.caPath), JSON.stringify(ca)));
+  const work = join(dir, "work");
+  const home = join(dir, "home");
+  for (const d of [work, home]) {
+    mkdirSync(d, { mode: 0o700 });
+    chownSync(d, 65534, 65534);
+  }
+  return { config, work, home };
 }

@@ -11,10 +11,10 @@ import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { type Browser, chromium } from "playwright-core";
+import type { Browser } from "playwright-core";
 import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminRequest, csrfOf } from "../helpers/admin-http.js";
+import { adminRequest, csrfOf, launchChromium } from "../helpers/admin-http.js";
 import { type BrokerProcess, cliAsync, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
@@ -82,16 +82,7 @@ clients:
   );
   broker = await startBroker({ home, config, env: { KEY, AGENT_TOKEN } });
   adminToken = readFileSync(join(home, "admin.token"), "utf8").trim();
-  browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--no-first-run",
-      "--disable-background-networking",
-    ],
-  });
+  browser = await launchChromium();
 });
 
 afterAll(async () => {

@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { Redis } from "ioredis";
-import { type Browser, chromium } from "playwright-core";
+import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminTokenPath } from "../../admin/api.js";
 import { sessionKey } from "../../admin/sessions.js";
@@ -17,6 +17,7 @@ import {
   type AdminSession,
   adminRequest,
   csrfOf,
+  launchChromium,
   sessionOf,
 } from "../helpers/admin-http.js";
 import {
@@ -90,16 +91,7 @@ clients:
   ]);
   expect(code).toBe(0);
   brokers.sort((a, b) => homes.indexOf(a.home) - homes.indexOf(b.home));
-  browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--no-first-run",
-      "--disable-background-networking",
-    ],
-  });
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {

@@ -6,23 +6,12 @@
 // the relay in place, which `run` says in one line.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import {
-  chmodSync,
-  chownSync,
-  closeSync,
-  copyFileSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { assertNobodyCanRunTheCli, CLI, findSecrets, runProcess } from "../helpers/broker.js";
-import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
+import { type Fixture, nobodyFiles, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";
 import { startUpstream } from "../helpers/upstream.js";
 
@@ -253,22 +242,7 @@ describe("unprivileged: broker and run --isolate as the user nobody", () => {
     await assertNobodyCanRunTheCli();
     const upstream = await startUpstream();
     const dir = mkdtempSync(join(tmpdir(), "kb-direct-nobody-"));
-    chmodSync(dir, 0o755);
-    copyFileSync(upstream.caPath, join(dir, "upstream-ca.pem"));
-    const config = join(dir, "keybroker.yaml");
-    writeFileSync(
-      config,
-      rulesFor(upstream).replace(
-        JSON.stringify(upstream.caPath),
-        JSON.stringify(join(dir, "upstream-ca.pem")),
-      ),
-    );
-    const work = join(dir, "work");
-    const home = join(dir, "home");
-    for (const d of [work, home]) {
-      mkdirSync(d, { mode: 0o700 });
-      chownSync(d, 65534, 65534);
-    }
+    const { config, work, home } = nobodyFiles(upstream, dir);
     const asNobody = ["-u", "nobody", "--", "env", `HOME=${work}`, process.execPath, CLI];
     const broker = spawn(
       "runuser",

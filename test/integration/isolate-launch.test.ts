@@ -4,16 +4,7 @@
 // speaks first (as SSH does); the unprivileged path (as nobody); and what run says without it.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import {
-  chmodSync,
-  chownSync,
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -26,7 +17,7 @@ import {
   runProcess,
   tempHome,
 } from "../helpers/broker.js";
-import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
+import { type Fixture, nobodyFiles, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import { until } from "../helpers/fleet.js";
 import { startUpstream } from "../helpers/upstream.js";
 
@@ -365,21 +356,7 @@ describe("unprivileged: run --isolate as the user nobody", () => {
     await assertNobodyCanRunTheCli();
     const upstream = await startUpstream();
     const dir = tempHome();
-    chmodSync(dir, 0o755);
-    copyFileSync(upstream.caPath, join(dir, "upstream-ca.pem"));
-    writeFileSync(
-      join(dir, "keybroker.yaml"),
-      rulesFor(upstream).replace(
-        JSON.stringify(upstream.caPath),
-        JSON.stringify(join(dir, "upstream-ca.pem")),
-      ),
-    );
-    const work = join(dir, "work");
-    const home = join(dir, "home");
-    for (const d of [work, home]) {
-      mkdirSync(d, { mode: 0o700 });
-      chownSync(d, 65534, 65534);
-    }
+    const { config, work, home } = nobodyFiles(upstream, dir);
     let r: CliResult;
     try {
       r = await runProcess(
@@ -398,7 +375,7 @@ describe("unprivileged: run --isolate as the user nobody", () => {
           "--home",
           home,
           "--config",
-          join(dir, "keybroker.yaml"),
+          config,
           "--",
           "sh",
           "-c",

