@@ -41,10 +41,11 @@ export interface FakeOAuth {
   /** Requests that reached the token endpoint (counted on arrival, before any stall). */
   tokenRequests: number;
   /**
-   * While set, token requests wait for it; one whose client went away meanwhile is dropped
-   * unprocessed (its refresh token not used), as a server does with a request never completed.
+   * While set, token requests wait for it; one whose client went away meanwhile, or every one
+   * waiting when it resolves to "drop", is dropped unprocessed (its refresh token not used), as a
+   * server does with a request never completed.
    */
-  stall: Promise<void> | undefined;
+  stall: Promise<unknown> | undefined;
   /** client_credentials tokens issued (the secret the client must send is `clientSecret`). */
   clientTokens: string[];
   clientSecret: string;
@@ -170,7 +171,8 @@ export function installFakeOAuth(
   u.routes.set("POST /token", async (req, res, body) => {
     fake.tokenRequests++;
     if (fake.stall !== undefined) {
-      await fake.stall;
+      const how = await fake.stall;
+      if (how === "drop") req.socket.destroy();
       if (req.socket.destroyed) return;
     }
     if (fake.tokenDelayMs > 0) await new Promise((r) => setTimeout(r, fake.tokenDelayMs));

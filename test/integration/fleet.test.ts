@@ -217,7 +217,10 @@ describe("three brokers on one Redis", () => {
     let checking = false;
     const lockKey = `${PREFIX}lock:${JSON.stringify(["codex-oauth", "default"])}`;
     // MONITOR on a plain socket: each command as Redis runs it, so the holder of the lock is
-    // frozen the moment it takes it, before it can send the refresh token.
+    // frozen the moment it takes it. Redis shows the SET before the broker has its answer, so
+    // the token endpoint is told to hold what comes next before any refresh can reach it: a
+    // refresh the holder sent before SIGSTOP landed (a loaded machine) is then dropped unread,
+    // as a request lost on the way, and the test stays the one it names.
     const monitor = connect(redis.port, "127.0.0.1");
     monitor.write(`AUTH ${PASSWORD}\r\nMONITOR\r\n`);
     let seen = "";
@@ -227,13 +230,23 @@ describe("three brokers on one Redis", () => {
       if (frozen !== undefined || checking || m === null || !pids.has(Number(m[1]))) return;
       seen = "";
       const pid = Number(m[1]);
+      let release!: (how?: "drop") => void;
+      fake.stall = new Promise((r) => {
+        release = r;
+      });
       process.kill(pid, "SIGSTOP");
       // A SET NX that lost the race took no lock: that broker is let go, and the watch goes on.
       checking = true;
       void raw.get(lockKey).then((holder) => {
         checking = false;
-        if (holder?.startsWith(`${pid}:`)) frozen = pids.get(pid);
-        else process.kill(pid, "SIGCONT");
+        fake.stall = undefined;
+        if (holder?.startsWith(`${pid}:`)) {
+          frozen = pids.get(pid);
+          release("drop");
+        } else {
+          process.kill(pid, "SIGCONT");
+          release();
+        }
       });
     });
     try {
