@@ -25,6 +25,8 @@ import { CONNECTION_SPECIFIC, type HeaderList } from "./headers.js";
 
 /** How long an HTTP/2 upstream session may sit without streams before it is closed. */
 const IDLE_MS = 30_000;
+/** How long a new session's first streams wait for the peer's SETTINGS. */
+const SETTINGS_WAIT_MS = 2_000;
 
 export interface H2DispatchOptions {
   readonly origin: string;
@@ -82,13 +84,53 @@ function responseHeaders(h: IncomingHttpHeaders): IncomingHttpHeaders {
 }
 
 export class H2Sessions {
-  readonly #sessions = new Map<string, ClientHttp2Session>();
+  /** The sessions of each origin: one, and another each time all are at their peer's limit. */
+  readonly #sessions = new Map<string, ClientHttp2Session[]>();
+  /** Streams open on each session, counted here: node does not say how many. */
+  readonly #open = new WeakMap<ClientHttp2Session, number>();
+  /**
+   * Sessions whose peer's SETTINGS have come: before that, `remoteSettings` holds node's
+   * defaults (no limit), not the peer's.
+   */
+  readonly #settled = new WeakSet<ClientHttp2Session>();
 
-  /** The session of `origin`, if one is open and takes new streams. */
-  get(origin: string): ClientHttp2Session | undefined {
-    const s = this.#sessions.get(origin);
-    if (s === undefined || s.closed || s.destroyed) return undefined;
-    return s;
+  /**
+   * A session of `origin` that takes a new stream: open, with the peer's settings known, and
+   * below the number of concurrent streams the peer allows (SETTINGS_MAX_CONCURRENT_STREAMS;
+   * real providers say 100 or so). nghttp2 holds a stream past that number until one ends, which
+   * for an event stream may be minutes, so when every session is full this says none, and the
+   * router opens another connection (decision 178). A session whose settings have not come yet
+   * is `waiting`: the caller waits for them rather than guess.
+   */
+  get(origin: string): ClientHttp2Session | { waiting: Promise<void> } | undefined {
+    const list = this.#sessions.get(origin);
+    if (list === undefined) return undefined;
+    let waiting: ClientHttp2Session | undefined;
+    for (const s of list) {
+      if (s.closed || s.destroyed) continue;
+      if (!this.#settled.has(s)) waiting ??= s;
+      else if ((this.#open.get(s) ?? 0) < (s.remoteSettings.maxConcurrentStreams ?? 100)) return s;
+    }
+    if (waiting === undefined) return undefined;
+    const s = waiting;
+    return {
+      waiting: new Promise<void>((resolve) => {
+        // A peer that never sends its settings is taken at its word after a while: the
+        // stream's own timeouts then apply.
+        const timer = setTimeout(() => {
+          this.#settled.add(s);
+          done();
+        }, SETTINGS_WAIT_MS);
+        const done = () => {
+          clearTimeout(timer);
+          s.off("remoteSettings", done);
+          s.off("close", done);
+          resolve();
+        };
+        s.once("remoteSettings", done);
+        s.once("close", done);
+      }),
+    };
   }
 
   /** Starts a session on a connection that negotiated `h2` (the probe's or a new one). */
@@ -97,9 +139,17 @@ export class H2Sessions {
       createConnection: () => socket,
       settings: { enablePush: false },
     });
-    this.#sessions.set(origin, session);
+    const list = this.#sessions.get(origin);
+    if (list === undefined) this.#sessions.set(origin, [session]);
+    else list.push(session);
+    this.#open.set(session, 0);
+    session.once("remoteSettings", () => this.#settled.add(session));
     const forget = () => {
-      if (this.#sessions.get(origin) === session) this.#sessions.delete(origin);
+      const now = this.#sessions.get(origin);
+      const i = now?.indexOf(session) ?? -1;
+      if (i < 0) return;
+      now!.splice(i, 1);
+      if (now!.length === 0) this.#sessions.delete(origin);
     };
     session.on("error", forget);
     session.once("goaway", forget);
@@ -147,6 +197,8 @@ export class H2Sessions {
       fail(err as Error);
       return;
     }
+    this.#open.set(session, (this.#open.get(session) ?? 0) + 1);
+    stream.once("close", () => this.#open.set(session, (this.#open.get(session) ?? 1) - 1));
     let started = false;
     stream.setTimeout(o.headersTimeout, () => {
       const code = started ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
@@ -216,12 +268,12 @@ export class H2Sessions {
   }
 
   close(): void {
-    for (const s of this.#sessions.values()) s.close();
+    for (const list of this.#sessions.values()) for (const s of list) s.close();
     this.#sessions.clear();
   }
 
   destroy(): void {
-    for (const s of this.#sessions.values()) s.destroy();
+    for (const list of this.#sessions.values()) for (const s of list) s.destroy();
     this.#sessions.clear();
   }
 }

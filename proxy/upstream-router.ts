@@ -98,11 +98,16 @@ export class UpstreamRouter implements UpstreamDispatch {
     }
     if (known === "h2") {
       const session = this.#h2.get(origin);
+      if (session !== undefined && "waiting" in session) {
+        void session.waiting.then(() => this.dispatch(opts, handler));
+        return;
+      }
       if (session !== undefined) {
         this.#h2.request(session, opts, handler);
         return;
       }
-      // The session went away (GOAWAY, idle): open another, learning again what the origin speaks.
+      // No session takes a stream (gone after GOAWAY or idle, or all at the origin's limit):
+      // open another, learning again what the origin speaks.
       this.#known.delete(origin);
     }
     this.probe(origin).then(

@@ -8,6 +8,7 @@ import {
   type Http2SecureServer,
   type IncomingHttpHeaders,
   type ServerHttp2Stream,
+  type Settings,
 } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -36,7 +37,8 @@ export interface H2Upstream {
   close(): Promise<void>;
 }
 
-export async function startH2Upstream(): Promise<H2Upstream> {
+/** `settings`: the server's HTTP/2 settings (e.g. a provider's `maxConcurrentStreams`). */
+export async function startH2Upstream(opts: { settings?: Settings } = {}): Promise<H2Upstream> {
   const dir = mkdtempSync(join(tmpdir(), "kb-h2-upstream-"));
   const ca = loadOrCreateCa(dir);
   const minter = new LeafMinter(ca);
@@ -46,6 +48,7 @@ export async function startH2Upstream(): Promise<H2Upstream> {
     cert: fallback.certPem,
     key: fallback.keyPem,
     allowHTTP1: false,
+    ...(opts.settings === undefined ? {} : { settings: opts.settings }),
   });
   const received: H2Received[] = [];
   const routes = new Map<string, H2Route>();
