@@ -66,9 +66,9 @@ export function ruleFile({ upstreamPort, upstreamCa, wildHosts, variant }) {
 
 /**
  * Starts the fake upstream (bench/upstream.mjs) in its own process, with certificates made in
- * `dir`. Resolves `{child, upstream: {port, ca, caPem, pid}}`.
+ * `dir`; `h2` has it offer HTTP/2 beside HTTP/1.1. Resolves `{child, upstream: {port, ca, caPem, pid}}`.
  */
-export async function startUpstream(dir) {
+export async function startUpstream(dir, { h2 = false } = {}) {
   const certs = makeUpstreamCerts(dir);
   const { child, value: port } = await startChild({
     name: "upstream",
@@ -80,6 +80,7 @@ export async function startUpstream(dir) {
         key: certs.key,
         realKey: REAL_KEY,
         placeholders: [PLACEHOLDER, WILD_PLACEHOLDER],
+        h2,
       }),
     ],
     env: process.env,

@@ -3,10 +3,12 @@
 //
 //   node bench/run.mjs [--quick] [--duration S] [--rounds N] [--only seq,thr,sse,big,newhost,idle,variants]
 //                      [--variants default,...] [--node-options "--max-semi-space-size=4"]
-//                      [--seq-n N] [--idle-streams N] [--out FILE.json] [--keep]
+//                      [--seq-n N] [--idle-streams N] [--out FILE.json] [--keep] [--upstream-h2]
 //
 // What runs, all on 127.0.0.1:
 //   - a fake LLM provider (bench/upstream.mjs, its own process) behind a throwaway test CA;
+//     HTTP/1.1, or with --upstream-h2 HTTP/2 as well (100 streams per connection), as the big
+//     providers speak: keybroker then multiplexes its upstream requests;
 //   - keybroker, started like bench/peer-extra.sh does (rule file in a temp folder,
 //     `node dist/cli/main.js start --home H --config F --port 0`), with --node-options as flags of
 //     its node process;
@@ -79,6 +81,7 @@ const OPTIONS = {
   "seq-n": { type: "string" },
   out: { type: "string" },
   keep: { type: "boolean", default: false },
+  "upstream-h2": { type: "boolean", default: false },
   help: { type: "boolean", short: "h", default: false },
 };
 
@@ -253,6 +256,7 @@ function machine() {
     undici: require("undici/package.json").version,
     quick: args.quick,
     node_options: nodeOptions,
+    upstream_h2: args["upstream-h2"],
   };
 }
 
@@ -270,7 +274,7 @@ async function main() {
   const home = path.join(tmpDir, "home");
 
   // The upstream, its certificates, and a side channel to its counters.
-  const { upstream } = await startUpstream(tmpDir);
+  const { upstream } = await startUpstream(tmpDir, { h2: args["upstream-h2"] });
   control = makeControl(upstream);
   const clock = await calibrateClock();
   result.meta.clock = clock.text;

@@ -313,7 +313,7 @@ export function report(r) {
   const m = r.meta;
   const out = [
     `keybroker bench — ${m.started_at} — ${m.cpus} × ${m.cpu_model}, ${m.nproc} cores (nproc), Node ${m.node}, undici ${m.undici}`,
-    `mode: ${m.quick ? "quick" : "full"}; broker node flags: ${m.node_options.length ? m.node_options.join(" ") : "(none)"}; ` +
+    `mode: ${m.quick ? "quick" : "full"}${m.upstream_h2 ? "; upstream speaks HTTP/2 (100 streams a connection)" : ""}; broker node flags: ${m.node_options.length ? m.node_options.join(" ") : "(none)"}; ` +
       `SSE clock: ${m.clock}; wall time ${num(m.wall_s)} s`,
     `other processes' CPU before the start: ${num(m.background_cores)} cores (the "other processes" rows show it during throughput)`,
     "",

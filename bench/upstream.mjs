@@ -22,10 +22,13 @@
 // run.mjs still measures the offset over /__bench/clock and falls back to it if the clocks
 // turn out not to agree.
 //
-// Config comes in one JSON argument: {cert, key, realKey, placeholders: [...]}. Once
-// listening it prints one JSON line {"ready":true,"port":N} on stdout.
+// Config comes in one JSON argument: {cert, key, realKey, placeholders: [...], h2}. With `h2`
+// it offers HTTP/2 beside HTTP/1.1 by ALPN and allows 100 streams at once on a connection, as
+// the big providers do (run.mjs --upstream-h2).
+// Once listening it prints one JSON line {"ready":true,"port":N} on stdout.
 import crypto from "node:crypto";
 import fs from "node:fs";
+import http2 from "node:http2";
 import https from "node:https";
 
 const cfg = JSON.parse(process.argv[2] ?? "{}");
@@ -66,8 +69,15 @@ let stats = freshStats();
 /** Idle streams currently open (not reset with the counters: it is a level, not a count). */
 let idleOpen = 0;
 
+function authorizations(raw) {
+  const out = [];
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].toLowerCase() === "authorization") out.push(raw[i + 1]);
+  return out;
+}
+
 function checkAuth(req) {
-  const values = req.headersDistinct.authorization ?? [];
+  // An HTTP/2 request (--upstream-h2) has no headersDistinct on Node 20: its raw list says the same.
+  const values = req.headersDistinct?.authorization ?? authorizations(req.rawHeaders);
   let ok = values.length === 1 && values[0] === EXPECTED_AUTH;
   if (ok) {
     const raw = req.rawHeaders;
@@ -158,8 +168,17 @@ function big(res, mb) {
   pump();
 }
 
-const server = https.createServer(
-  { cert: fs.readFileSync(cfg.cert), key: fs.readFileSync(cfg.key), keepAlive: true },
+const tlsOptions = { cert: fs.readFileSync(cfg.cert), key: fs.readFileSync(cfg.key) };
+const server = (
+  cfg.h2
+    ? // 100 streams at once per connection, about what the big providers allow.
+      (handler) =>
+        http2.createSecureServer(
+          { ...tlsOptions, allowHTTP1: true, settings: { maxConcurrentStreams: 100 } },
+          handler,
+        )
+    : (handler) => https.createServer({ ...tlsOptions, keepAlive: true }, handler)
+)(
   (req, res) => {
     const url = new URL(req.url, "https://upstream");
     if (url.pathname === "/__bench/stats") {
@@ -190,7 +209,7 @@ server.listen(0, "127.0.0.1", () => {
 
 // Stop when told to, and when the bench process dies (its end of the stdin pipe closes).
 function stop() {
-  server.closeAllConnections();
+  server.closeAllConnections?.();
   server.close(() => process.exit(0));
   setTimeout(() => process.exit(0), 500).unref();
 }

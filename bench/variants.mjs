@@ -28,16 +28,17 @@ export const VARIANTS = [
     note: "neither",
   },
 
-  // What a configured broker pays per request, not only an empty rule file: clients with roles
-  // and a rate limit, a policy whose rules (deny, approve, a role-scoped deny) are all tried
-  // and none matches, the audit log, and /metrics scraped (bench/instructions.mjs asks it once;
-  // `scrape`). The limit is far above what the bench sends.
+  // What a configured broker pays per request, not only an empty rule file: clients with roles,
+  // a policy whose rules (deny, approve, a role-scoped deny) are all tried and none matches, the
+  // audit log, and /metrics scraped (bench/instructions.mjs asks it once; `scrape`). No rate
+  // limit: the highest a rule file may set (100,000 a minute) is below what the throughput step
+  // sends (about 800,000 a minute here), so it would answer 429 and the run would be invalid.
   {
     name: "realistic",
     optIn: true,
     top: [
       "clients:",
-      '  default: { providers: "*", role: user, limits: { rpm: 100000 } }',
+      '  default: { providers: "*", role: user }',
       "  reader: { providers: [bench], role: guest }",
       "  phone: { role: admin }",
     ].join("\n"),
@@ -48,7 +49,7 @@ export const VARIANTS = [
       '  - deny: { method: POST, path: "/v1/chat/**", roles: [guest] }',
     ].join("\n"),
     scrape: true,
-    note: "roles, an rpm limit, a three-rule policy, audit log, /metrics scraped",
+    note: "roles, a three-rule policy, audit log, /metrics scraped",
   },
 
   // OAuth custody on the request path: the key injected as a stored login's access token

@@ -93,6 +93,8 @@ export class H2Sessions {
    * defaults (no limit), not the peer's.
    */
   readonly #settled = new WeakSet<ClientHttp2Session>();
+  /** What the requests that wait for a session's settings wait on: one promise a session. */
+  readonly #settling = new WeakMap<ClientHttp2Session, Promise<void>>();
 
   /**
    * A session of `origin` that takes a new stream: open, with the peer's settings known, and
@@ -112,9 +114,10 @@ export class H2Sessions {
       else if ((this.#open.get(s) ?? 0) < (s.remoteSettings.maxConcurrentStreams ?? 100)) return s;
     }
     if (waiting === undefined) return undefined;
-    const s = waiting;
-    return {
-      waiting: new Promise<void>((resolve) => {
+    let settled = this.#settling.get(waiting);
+    if (settled === undefined) {
+      const s = waiting;
+      settled = new Promise<void>((resolve) => {
         // A peer that never sends its settings is taken at its word after a while: the
         // stream's own timeouts then apply.
         const timer = setTimeout(() => {
@@ -129,8 +132,10 @@ export class H2Sessions {
         };
         s.once("remoteSettings", done);
         s.once("close", done);
-      }),
-    };
+      });
+      this.#settling.set(s, settled);
+    }
+    return { waiting: settled };
   }
 
   /** Starts a session on a connection that negotiated `h2` (the probe's or a new one). */
@@ -205,16 +210,25 @@ export class H2Sessions {
       stream.close(constants.NGHTTP2_CANCEL);
       fail(new UpstreamStreamError(`the upstream stream was silent too long (${code})`, code));
     });
+    // node emits 'response' on the next tick after the HEADERS frame, but a DATA frame read in
+    // the same turn reaches a flowing stream's 'data' at once: a busy session (many streams)
+    // hands over body bytes before their head. They are kept until the head has gone on.
+    let early: Buffer[] | undefined;
     stream.once("response", (h) => {
       started = true;
       stream.setTimeout(o.bodyTimeout);
       if (settled) return;
       const status = Number(h[constants.HTTP2_HEADER_STATUS]);
       handler.onResponseStart?.(c, status, responseHeaders(h), "");
+      if (early === undefined) return;
+      const chunks = early;
+      early = undefined;
+      for (const chunk of chunks) if (!settled) handler.onResponseData?.(c, chunk);
     });
     stream.on("data", (chunk: Buffer) => {
       if (settled) return;
-      handler.onResponseData?.(c, chunk);
+      if (!started) (early ??= []).push(chunk);
+      else handler.onResponseData?.(c, chunk);
     });
     stream.once("trailers", (t) => {
       trailers = responseHeaders(t);
