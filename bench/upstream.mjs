@@ -168,34 +168,28 @@ function big(res, mb) {
   pump();
 }
 
-const tlsOptions = { cert: fs.readFileSync(cfg.cert), key: fs.readFileSync(cfg.key) };
-const server = (
-  cfg.h2
-    ? // 100 streams at once per connection, about what the big providers allow.
-      (handler) =>
-        http2.createSecureServer(
-          { ...tlsOptions, allowHTTP1: true, settings: { maxConcurrentStreams: 100 } },
-          handler,
-        )
-    : (handler) => https.createServer({ ...tlsOptions, keepAlive: true }, handler)
-)(
-  (req, res) => {
-    const url = new URL(req.url, "https://upstream");
-    if (url.pathname === "/__bench/stats") {
-      const out = { ...stats, idle_open: idleOpen };
-      if (url.searchParams.get("reset") === "1") stats = freshStats();
-      return sendJson(res, 200, out);
-    }
-    if (url.pathname === "/__bench/clock") return sendJson(res, 200, { now: clockMs() });
-    checkAuth(req);
-    if (req.method === "POST" && url.pathname === "/v1/chat/completions") return chat(req, res);
-    req.resume();
-    if (req.method === "GET" && url.pathname === "/big") {
-      return big(res, Math.max(0, Math.min(1024, Number(url.searchParams.get("mb")) | 0)));
-    }
-    sendJson(res, 404, { error: "not found" });
-  },
-);
+function handle(req, res) {
+  const url = new URL(req.url, "https://upstream");
+  if (url.pathname === "/__bench/stats") {
+    const out = { ...stats, idle_open: idleOpen };
+    if (url.searchParams.get("reset") === "1") stats = freshStats();
+    return sendJson(res, 200, out);
+  }
+  if (url.pathname === "/__bench/clock") return sendJson(res, 200, { now: clockMs() });
+  checkAuth(req);
+  if (req.method === "POST" && url.pathname === "/v1/chat/completions") return chat(req, res);
+  req.resume();
+  if (req.method === "GET" && url.pathname === "/big") {
+    return big(res, Math.max(0, Math.min(1024, Number(url.searchParams.get("mb")) | 0)));
+  }
+  sendJson(res, 404, { error: "not found" });
+}
+
+const tls = { cert: fs.readFileSync(cfg.cert), key: fs.readFileSync(cfg.key) };
+const server = cfg.h2
+  ? // 100 streams at once on a connection, about what the big providers allow.
+    http2.createSecureServer({ ...tls, allowHTTP1: true, settings: { maxConcurrentStreams: 100 } }, handle)
+  : https.createServer({ ...tls, keepAlive: true }, handle);
 server.on("secureConnection", () => {
   stats.tls_handshakes++;
 });

@@ -227,8 +227,9 @@ export class H2Sessions {
     });
     stream.on("data", (chunk: Buffer) => {
       if (settled) return;
-      if (!started) (early ??= []).push(chunk);
-      else handler.onResponseData?.(c, chunk);
+      if (started) handler.onResponseData?.(c, chunk);
+      else if (early === undefined) early = [chunk];
+      else early.push(chunk);
     });
     stream.once("trailers", (t) => {
       trailers = responseHeaders(t);
