@@ -124,6 +124,7 @@ export class H2Sessions {
           this.#settled.add(s);
           done();
         }, SETTINGS_WAIT_MS);
+        timer.unref();
         const done = () => {
           clearTimeout(timer);
           s.off("remoteSettings", done);
