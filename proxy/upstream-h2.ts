@@ -203,13 +203,23 @@ export class H2Sessions {
       fail(err as Error);
       return;
     }
-    this.#open.set(session, (this.#open.get(session) ?? 0) + 1);
-    stream.once("close", () => this.#open.set(session, (this.#open.get(session) ?? 1) - 1));
     let started = false;
-    stream.setTimeout(o.headersTimeout, () => {
+    let closed = false;
+    // Silence is timed here rather than by stream.setTimeout: node re-arms that timer on I/O that
+    // completes after the stream closed, and the timer then kept the closed stream and its whole
+    // exchange alive for the timeout's length (30 minutes by default; decision 180).
+    const onSilence = () => {
       const code = started ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
       stream.close(constants.NGHTTP2_CANCEL);
       fail(new UpstreamStreamError(`the upstream stream was silent too long (${code})`, code));
+    };
+    let silence = setTimeout(onSilence, o.headersTimeout);
+    silence.unref();
+    this.#open.set(session, (this.#open.get(session) ?? 0) + 1);
+    stream.once("close", () => {
+      closed = true;
+      clearTimeout(silence);
+      this.#open.set(session, (this.#open.get(session) ?? 1) - 1);
     });
     // node emits 'response' on the next tick after the HEADERS frame, but a DATA frame read in
     // the same turn reaches a flowing stream's 'data' at once: a busy session (many streams)
@@ -217,7 +227,11 @@ export class H2Sessions {
     let early: Buffer[] | undefined;
     stream.once("response", (h) => {
       started = true;
-      stream.setTimeout(o.bodyTimeout);
+      clearTimeout(silence);
+      if (!closed) {
+        silence = setTimeout(onSilence, o.bodyTimeout);
+        silence.unref();
+      }
       if (settled) return;
       const status = Number(h[constants.HTTP2_HEADER_STATUS]);
       handler.onResponseStart?.(c, status, responseHeaders(h), "");
@@ -227,6 +241,7 @@ export class H2Sessions {
       for (const chunk of chunks) if (!settled) handler.onResponseData?.(c, chunk);
     });
     stream.on("data", (chunk: Buffer) => {
+      silence.refresh();
       if (settled) return;
       if (started) handler.onResponseData?.(c, chunk);
       else if (early === undefined) early = [chunk];
@@ -280,6 +295,10 @@ export class H2Sessions {
     }
     const body = o.body;
     body.on("error", () => controller.abort(new Error("the request body failed")));
+    // A body still being sent is activity too, as it was for node's stream timer.
+    body.on("data", () => {
+      if (!closed) silence.refresh();
+    });
     body.pipe(stream);
   }
 
