@@ -205,9 +205,9 @@ export class H2Sessions {
     }
     let started = false;
     let closed = false;
-    // Silence is timed here rather than by stream.setTimeout: node re-arms that timer on I/O that
-    // completes after the stream closed, and the timer then kept the closed stream and its whole
-    // exchange alive for the timeout's length (30 minutes by default; decision 180).
+    // Silence is timed here rather than by stream.setTimeout: under load node left that timer
+    // armed after some streams had closed, and it kept each such stream and its whole exchange
+    // alive for the timeout's length (30 minutes by default; decision 180).
     const onSilence = () => {
       const code = started ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
       stream.close(constants.NGHTTP2_CANCEL);

@@ -233,7 +233,7 @@ providers:
         returnByValue: true,
       });
       // 4,000 streams ended a moment ago; with node's own stream timer, 3 to 11 of them stayed
-      // reachable (the timer re-armed after the stream closed, for 30 minutes), each with its
+      // reachable (their timer still armed after the stream closed, for 30 minutes), each with its
       // exchange; one still closing is tolerated.
       expect(count.result.value).toBeLessThanOrEqual(1);
     } finally {
