@@ -135,6 +135,28 @@ export async function startFixture(opts: FixtureOptions = {}): Promise<Fixture> 
 }
 
 /**
+ * One chat completion through the fixture's broker with its openai placeholder, on an agent of
+ * its own (closed after): the status and the body.
+ */
+export async function chatThrough(fixture: Fixture): Promise<{ status: number; text: string }> {
+  const agent = fixture.proxyAgent();
+  try {
+    const res = await request("https://api.openai.com/v1/chat/completions", {
+      method: "POST",
+      dispatcher: agent,
+      headers: {
+        authorization: `Bearer ${await fixture.placeholder("openai")}`,
+        "content-type": "application/json",
+      },
+      body: '{"model":"gpt-test"}',
+    });
+    return { status: res.statusCode, text: await res.body.text() };
+  } finally {
+    await agent.close();
+  }
+}
+
+/**
  * An exfiltration attempt the broker blocks (403 placeholder_host_mismatch): the openai
  * placeholder sent to api.anthropic.com. Returns the status code.
  */

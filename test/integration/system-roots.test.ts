@@ -3,9 +3,8 @@
 // environment, with no `upstream_ca` in the rule file. Without it the same broker answers 502
 // upstream_tls.
 import { readFileSync } from "node:fs";
-import { request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
-import { type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
+import { chatThrough, type Fixture, REAL_OPENAI, rulesFor, startFixture } from "../helpers/fixture.js";
 import type { FakeUpstream } from "../helpers/upstream.js";
 
 let f: Fixture | undefined;
@@ -18,31 +17,13 @@ afterEach(async () => {
 
 const withoutUpstreamCa = (u: FakeUpstream) => rulesFor(u).replace(/^upstream_ca:.*\n/m, "");
 
-async function chat(fixture: Fixture): Promise<{ status: number; text: string }> {
-  const agent = fixture.proxyAgent();
-  try {
-    const res = await request("https://api.openai.com/v1/chat/completions", {
-      method: "POST",
-      dispatcher: agent,
-      headers: {
-        authorization: `Bearer ${await fixture.placeholder("openai")}`,
-        "content-type": "application/json",
-      },
-      body: '{"model":"gpt-test"}',
-    });
-    return { status: res.statusCode, text: await res.body.text() };
-  } finally {
-    await agent.close();
-  }
-}
-
 describe("system roots", () => {
   it("trusts a corporate root named by the broker's SSL_CERT_FILE, and hands it to the agent", async () => {
     f = await startFixture({
       rules: withoutUpstreamCa,
       upstreamEnv: (u) => ({ SSL_CERT_FILE: u.caPath }),
     });
-    const res = await chat(f);
+    const res = await chatThrough(f);
     expect(res.status, res.text).toBe(200);
     const got = f.upstream.received.at(-1)!;
     expect(got.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
@@ -53,7 +34,7 @@ describe("system roots", () => {
 
   it("without it, the provider's certificate is not trusted (502 upstream_tls)", async () => {
     f = await startFixture({ rules: withoutUpstreamCa });
-    const res = await chat(f);
+    const res = await chatThrough(f);
     expect(res.status).toBe(502);
     expect(res.text).toContain("upstream_tls");
     expect(f.upstream.received).toEqual([]);

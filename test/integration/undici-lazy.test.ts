@@ -5,10 +5,9 @@
 // which of undici's files it loaded when it exits.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { request } from "undici";
 import { expect, it } from "vitest";
 import { tempHome } from "../helpers/broker.js";
-import { startFixture } from "../helpers/fixture.js";
+import { chatThrough, startFixture } from "../helpers/fixture.js";
 
 it("a broker that forwarded a request has not loaded undici's index", async () => {
   const dir = tempHome();
@@ -24,21 +23,9 @@ it("a broker that forwarded a request has not loaded undici's index", async () =
     });\n`,
   );
   const f = await startFixture({ env: { NODE_OPTIONS: `--require ${probe}` } });
-  const agent = f.proxyAgent();
   try {
-    const res = await request("https://api.openai.com/v1/chat/completions", {
-      method: "POST",
-      dispatcher: agent,
-      headers: {
-        authorization: `Bearer ${await f.placeholder("openai")}`,
-        "content-type": "application/json",
-      },
-      body: "{}",
-    });
-    await res.body.text();
-    expect(res.statusCode).toBe(200);
+    expect((await chatThrough(f)).status).toBe(200);
   } finally {
-    await agent.close();
     await f.close();
   }
   const files = (JSON.parse(readFileSync(report, "utf8")) as string[]).map(
