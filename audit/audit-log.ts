@@ -1,10 +1,10 @@
 // The audit log (docs/spec.md §12): one JSON line per decision in `$KEYBROKER_HOME/audit/audit.jsonl`,
 // hash-chained, rotated at a size cap with the chain carried across files.
 //
-// `record()` only queues: the request path never waits on the disk. A background writer
-// serializes the queue in order, passes every line through the secret scrubber, chains it and
-// appends the batch with one write. `close()` (or `flush()`) waits until everything queued is on
-// disk.
+// `record()` never waits on the disk: it serializes the line, passes it through the secret
+// scrubber and queues its bytes (decision 181). A background writer chains the queued lines in
+// order and appends the batch with one write. `close()` (or `flush()`) waits until everything
+// queued is on disk.
 //
 // A write is never lost in silence (docs/spec.md §12): a short write is continued; a failed one (disk
 // full, …) is reported once through `onError`, its events are counted, and the first write that
@@ -73,6 +73,10 @@ export const DEFAULT_KEEP = 5;
 export const GENESIS = "0".repeat(64);
 /** How long a recorded line may wait before its batch is written. */
 const BATCH_DELAY_MS = 20;
+/** Bytes a batch's buffer starts with (it grows as lines are recorded). */
+const QUEUE_BYTES = 16 * 1024;
+/** A batch buffer bigger than this (after a burst) is not kept for the next batch. */
+const SPARE_MAX_BYTES = 1024 * 1024;
 /** A batch this long is written at once. */
 const BATCH_LINES = 512;
 /** While writes fail, how often a write is tried without new events. */
@@ -148,55 +152,142 @@ function isoTime(t: Date | number | string): string {
   return lastIso;
 }
 
-/** The line's text without `hash`, ending with `"prev":"…"}`; `hash` is the sha256 of it. */
-function serialize(
+/**
+ * What JSON.stringify escapes in a string: `"`, `\\`, control characters and (lone) surrogates.
+ * A string without any of them is its own JSON text between quotes.
+ */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/** A field's JSON text, the same as JSON.stringify gives (exported for its test). */
+export function jsonValue(value: string | number): string {
+  if (typeof value === "string") return NEEDS_ESCAPE.test(value) ? JSON.stringify(value) : `"${value}"`;
+  return typeof value === "number" && Number.isFinite(value) ? `${value}` : (JSON.stringify(value) ?? "null");
+}
+
+/**
+ * The line's text without `prev` and `hash`, fields in a fixed order and absent ones left out:
+ * what JSON.stringify would give for them, put together directly (a field's object and its
+ * generic serialization cost a request more than the rest of its line, decision 181).
+ */
+export function serialize(
   entry: AuditEntry,
   at: number,
   strip: readonly string[],
   scrub: (s: string) => string,
 ): string {
-  const params = entry.stripParams === undefined ? strip : [...strip, ...entry.stripParams];
-  const fields = {
-    time: isoTime(entry.time ?? at),
-    decision: entry.decision,
-    client: entry.client,
-    launch: entry.launch,
-    provider: entry.provider,
-    credential: entry.credential,
-    fingerprint: entry.fingerprint,
-    method: entry.method,
-    host: entry.host,
-    path: entry.path === undefined ? undefined : stripQuery(entry.path, params),
-    status: entry.status,
-    bytes_in: entry.bytesIn,
-    bytes_out: entry.bytesOut,
-    duration_ms: entry.durationMs === undefined ? undefined : Math.round(entry.durationMs * 1000) / 1000,
-    code: entry.code,
-    reason: entry.reason,
-    lost: entry.lost,
-    first: entry.first,
-    last: entry.last,
-  };
+  let s = `{"time":${jsonValue(isoTime(entry.time ?? at))},"decision":${jsonValue(entry.decision)}`;
+  if (entry.client !== undefined) s += `,"client":${jsonValue(entry.client)}`;
+  if (entry.launch !== undefined) s += `,"launch":${jsonValue(entry.launch)}`;
+  if (entry.provider !== undefined) s += `,"provider":${jsonValue(entry.provider)}`;
+  if (entry.credential !== undefined) s += `,"credential":${jsonValue(entry.credential)}`;
+  if (entry.fingerprint !== undefined) s += `,"fingerprint":${jsonValue(entry.fingerprint)}`;
+  if (entry.method !== undefined) s += `,"method":${jsonValue(entry.method)}`;
+  if (entry.host !== undefined) s += `,"host":${jsonValue(entry.host)}`;
+  if (entry.path !== undefined) {
+    const params = entry.stripParams === undefined ? strip : [...strip, ...entry.stripParams];
+    s += `,"path":${jsonValue(stripQuery(entry.path, params))}`;
+  }
+  if (entry.status !== undefined) s += `,"status":${jsonValue(entry.status)}`;
+  if (entry.bytesIn !== undefined) s += `,"bytes_in":${jsonValue(entry.bytesIn)}`;
+  if (entry.bytesOut !== undefined) s += `,"bytes_out":${jsonValue(entry.bytesOut)}`;
+  if (entry.durationMs !== undefined)
+    s += `,"duration_ms":${jsonValue(Math.round(entry.durationMs * 1000) / 1000)}`;
+  if (entry.code !== undefined) s += `,"code":${jsonValue(entry.code)}`;
+  if (entry.reason !== undefined) s += `,"reason":${jsonValue(entry.reason)}`;
+  if (entry.lost !== undefined) s += `,"lost":${jsonValue(entry.lost)}`;
+  if (entry.first !== undefined) s += `,"first":${jsonValue(entry.first)}`;
+  if (entry.last !== undefined) s += `,"last":${jsonValue(entry.last)}`;
   // Scrubbed before `prev` is added, so a (short) secret can never corrupt the chain's hex.
-  return scrub(JSON.stringify(fields));
+  return scrub(`${s}}`);
+}
+
+/** After a line's text: `,"prev":"<64 hex>","hash":"<64 hex>"}` and its newline. */
+const PREV_MEMBER = ',"prev":"';
+const HASH_MEMBER = '","hash":"';
+const CHAIN_BYTES = PREV_MEMBER.length + 64 + HASH_MEMBER.length + 64 + 3;
+/** From a line's end back to its `prev` value. */
+const PREV_FROM_END = 64 + HASH_MEMBER.length + 64 + 3;
+const HASH_HOLE = "0".repeat(64);
+
+/** An entry's time in milliseconds, for a `gap` line's first and last. */
+function timeMs(time: Date | number | string | undefined, at: number): number {
+  if (time === undefined) return at;
+  const ms = typeof time === "number" ? time : typeof time === "string" ? Date.parse(time) : time.getTime();
+  return Number.isNaN(ms) ? at : ms;
 }
 
 /**
- * A line chained to the one before it: its text up to `prev` (what `hash` is the sha256 of) and
- * `hash`. The whole line, `withPrev` less its `}` then `,"hash":"…"}`, is put together only in
- * the buffer that is written: a joined string would be copied once more.
+ * Lines recorded and not yet written, encoded when they are recorded, into the buffer that is
+ * written: a line waits for its batch as bytes outside the JavaScript heap, not as an entry and
+ * its strings that every young-generation collection until then would copy (decision 181). Each
+ * line is laid out whole, with room for `prev` and `hash`; `chain()` fills them in where they
+ * lie when the batch is written and the previous hash is known.
  */
-interface Chained {
-  readonly withPrev: string;
-  readonly hash: string;
-}
+class Encoded {
+  buf: Buffer;
+  /** Bytes used. */
+  at = 0;
+  /** Where each line ends (after its newline). */
+  readonly ends: number[] = [];
+  /** Each line's time in milliseconds (for a `gap` line, should its write fail). */
+  readonly times: number[] = [];
 
-/** Bytes `,"hash":"<64 hex>"}` and the newline add to a line's `withPrev` (less its `}`). */
-const HASH_MEMBER_BYTES = ',"hash":""}'.length + 64 - 1 + 1;
+  constructor(size: number) {
+    this.buf = Buffer.allocUnsafe(size);
+  }
 
-function chain(body: string, prev: string): Chained {
-  const withPrev = `${body.slice(0, -1)},"prev":"${prev}"}`;
-  return { withPrev, hash: sha256(withPrev) };
+  get lines(): number {
+    return this.ends.length;
+  }
+
+  /** Empties it for the next batch, keeping its buffer. */
+  reset(): void {
+    this.at = 0;
+    this.ends.length = 0;
+    this.times.length = 0;
+  }
+
+  /** Adds `body` (a serialized line, ending in `}`), with holes for `prev` and `hash`. */
+  add(body: string, time: number): void {
+    // A UTF-16 code unit is at most 3 bytes of UTF-8.
+    const need = this.at + body.length * 3 + CHAIN_BYTES;
+    if (need > this.buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2));
+      this.buf.copy(bigger, 0, 0, this.at);
+      this.buf = bigger;
+    }
+    const buf = this.buf;
+    // The `}` that closes `body` is written over by the `prev` member.
+    let at = this.at + buf.write(body, this.at) - 1;
+    at += buf.write(PREV_MEMBER, at, "latin1");
+    at += buf.write(HASH_HOLE, at, "latin1");
+    at += buf.write(HASH_MEMBER, at, "latin1");
+    at += buf.write(HASH_HOLE, at, "latin1");
+    buf[at++] = 0x22; // "
+    buf[at++] = 0x7d; // }
+    buf[at++] = 0x0a;
+    this.at = at;
+    this.ends.push(at);
+    this.times.push(time);
+  }
+
+  /**
+   * Chains line `i` to `prev`: writes `prev` into it, and the sha256 of its text up to `prev`,
+   * closed with `}` (docs/spec.md §12), as its `hash`. Returns the hash.
+   */
+  chain(i: number, prev: string): string {
+    const buf = this.buf;
+    const start = i === 0 ? 0 : this.ends[i - 1]!;
+    const prevAt = this.ends[i]! - PREV_FROM_END;
+    buf.write(prev, prevAt, "latin1");
+    // Hashed as `…"prev":"<prev>"}`: the `,` after the closing quote stands in as `}` meanwhile.
+    const comma = prevAt + 65;
+    buf[comma] = 0x7d;
+    const hash = oneShotHash("sha256", buf.subarray(start, comma + 1), "hex");
+    buf[comma] = 0x2c;
+    buf.write(hash, comma + HASH_MEMBER.length - 1, "latin1");
+    return hash;
+  }
 }
 
 /** The `hash` of the last complete line of a file, or undefined when it has none. */
@@ -231,11 +322,6 @@ async function lastHashOf(path: string): Promise<string | undefined> {
   }
 }
 
-interface Pending {
-  readonly entry: AuditEntry;
-  readonly at: number;
-}
-
 /** An append that stopped part-way: how many of its lines are whole on disk. */
 class AppendError extends Error {
   readonly linesWritten: number;
@@ -248,9 +334,9 @@ class AppendError extends Error {
 const defaultWrite = async (fh: FileHandle, buf: Buffer, offset: number, length: number) =>
   (await fh.write(buf, offset, length)).bytesWritten;
 
-function addToGap(gap: AuditGap | undefined, lost: readonly Pending[], why: string): AuditGap | undefined {
+function addToGap(gap: AuditGap | undefined, lost: readonly number[], why: string): AuditGap | undefined {
   if (lost.length === 0) return gap;
-  const times = lost.map((p) => isoTime(p.entry.time ?? p.at)).sort();
+  const times = lost.map((ms) => isoTime(ms)).sort();
   const first = gap === undefined || times[0]! < gap.first ? times[0]! : gap.first;
   const last = gap === undefined || times.at(-1)! > gap.last ? times.at(-1)! : gap.last;
   const whys = gap === undefined || gap.why.includes(why) ? (gap?.why ?? why) : `${gap.why}; ${why}`;
@@ -269,7 +355,14 @@ export class AuditLog {
   readonly #onWarn: (message: string) => void;
   readonly #write: (fh: FileHandle, buf: Buffer, offset: number, length: number) => Promise<number>;
   readonly #name: AuditChain;
-  #queue: Pending[] = [];
+  /** Lines recorded and not yet handed to the writer. */
+  #queue = new Encoded(QUEUE_BYTES);
+  /**
+   * The batch before last, emptied: the queue's next buffer. Two buffers take turns (one filling,
+   * one being written), rather than a new one a batch that the garbage collector would have
+   * to count and free.
+   */
+  #spare: Encoded | undefined;
   /** Set while writes fail. */
   #failure: { since: number; error: string } | undefined;
   #gap: AuditGap | undefined;
@@ -306,9 +399,10 @@ export class AuditLog {
    * batches at most BATCH_DELAY_MS apart (under load, one append per batch, not per request).
    */
   record(entry: AuditEntry): void {
-    this.#queue.push({ entry, at: Date.now() });
+    const at = Date.now();
+    this.#queue.add(serialize(entry, at, this.#strip, this.#scrub), timeMs(entry.time, at));
     this.#pump ??= new Promise<void>((resolve) => {
-      const wait = this.#queue.length >= BATCH_LINES ? 0 : BATCH_DELAY_MS;
+      const wait = this.#queue.lines >= BATCH_LINES ? 0 : BATCH_DELAY_MS;
       setTimeout(resolve, wait);
     }).then(() => this.#drain());
   }
@@ -330,7 +424,7 @@ export class AuditLog {
 
   /** Entries recorded but not yet on disk. */
   get pending(): number {
-    return this.#queue.length;
+    return this.#queue.lines;
   }
 
   /** Resolves when everything recorded so far is on disk. */
@@ -356,14 +450,18 @@ export class AuditLog {
   async #drain(probe = false): Promise<void> {
     try {
       // A probe writes at least the pending `gap` line, with or without new events.
-      while (this.#queue.length > 0 || probe) {
+      while (this.#queue.lines > 0 || probe) {
         probe = false;
         const batch = this.#queue;
-        this.#queue = [];
+        this.#queue = this.#spare ?? new Encoded(QUEUE_BYTES);
+        this.#spare = undefined;
         await this.#writeBatch(batch);
+        batch.reset();
+        // A burst's big buffer is let go rather than kept.
+        if (batch.buf.length <= SPARE_MAX_BYTES) this.#spare = batch;
         // Let the next batch grow (one append for many lines), unless it is big already or a
         // flush is waiting for it.
-        if (this.#queue.length > 0 && this.#queue.length < BATCH_LINES && !this.#flushing) {
+        if (this.#queue.lines > 0 && this.#queue.lines < BATCH_LINES && !this.#flushing) {
           await new Promise((resolve) => setTimeout(resolve, BATCH_DELAY_MS));
         }
       }
@@ -372,9 +470,9 @@ export class AuditLog {
     }
   }
 
-  async #writeBatch(batch: readonly Pending[]): Promise<void> {
-    let pending: Pending[] = [...batch];
-    let gapLine = false;
+  async #writeBatch(batch: Encoded): Promise<void> {
+    let gap: Encoded | undefined;
+    let gapWritten = false;
     let done = 0;
     try {
       await this.#sync();
@@ -387,41 +485,24 @@ export class AuditLog {
           last: g.last,
           reason: `${g.lost} event(s) could not be written to ${basename(this.path)}: ${g.why}`,
         };
-        pending = [{ entry, at: Date.now() }, ...pending];
-        gapLine = true;
+        const at = Date.now();
+        gap = new Encoded(1024);
+        gap.add(serialize(entry, at, this.#strip, this.#scrub), at);
+        gapWritten = (await this.#chainAndAppend(gap)) > 0;
       }
-      if (pending.length === 0) return;
-      let lines: Chained[] = [];
-      let bytes = 0;
-      for (const { entry, at } of pending) {
-        const line = chain(serialize(entry, at, this.#strip, this.#scrub), this.#lastHash);
-        const size = Buffer.byteLength(line.withPrev) + HASH_MEMBER_BYTES;
-        if (this.#size + bytes > 0 && this.#size + bytes + size > this.#maxBytes) {
-          await this.#append(lines, bytes);
-          done += lines.length;
-          lines = [];
-          bytes = 0;
-          await this.#rotate();
-        }
-        lines.push(line);
-        bytes += size;
-        this.#lastHash = line.hash;
-      }
-      await this.#append(lines, bytes);
-      done += lines.length;
+      done = await this.#chainAndAppend(batch);
     } catch (err) {
-      if (err instanceof AppendError) done += err.linesWritten;
+      if (err instanceof AppendError) {
+        if (gap !== undefined && !gapWritten) gapWritten = err.linesWritten > 0;
+        else done += err.linesWritten;
+      }
       // Reopen before the next batch, so the chain resumes from what the disk really holds.
       const fh = this.#fh;
       this.#fh = undefined;
       await fh?.close().catch(() => {});
-      if (gapLine && done > 0) this.#gap = undefined;
+      if (gapWritten) this.#gap = undefined;
       const message = (err as Error).message;
-      this.#gap = addToGap(
-        this.#gap,
-        pending.slice(done).filter((p) => p.entry.decision !== "gap"),
-        message,
-      );
+      this.#gap = addToGap(this.#gap, batch.times.slice(done), message);
       if (this.#failure === undefined) {
         this.#failure = { since: Date.now(), error: message };
         this.#onError(
@@ -434,8 +515,8 @@ export class AuditLog {
       this.#scheduleProbe();
       return;
     }
-    const recorded = gapLine ? this.#gap : undefined;
-    if (gapLine) this.#gap = undefined;
+    const recorded = gap !== undefined ? this.#gap : undefined;
+    if (gap !== undefined) this.#gap = undefined;
     if (this.#failure !== undefined) {
       this.#failure = undefined;
       clearTimeout(this.#probe);
@@ -454,36 +535,51 @@ export class AuditLog {
     this.#probe.unref();
   }
 
-  async #append(lines: readonly Chained[], bytes: number): Promise<void> {
-    if (lines.length === 0) return;
-    // Encoded once, straight into the buffer that is written (a joined string would be copied
-    // twice more: by the join and by the write's own encoding).
-    const out = Buffer.allocUnsafe(bytes);
-    const ends: number[] = [];
-    let at = 0;
-    for (const { withPrev, hash } of lines) {
-      // The `}` that closes `withPrev` is written over by the hash member.
-      at += out.write(withPrev, at) - 1;
-      at += out.write(',"hash":"', at, "latin1");
-      at += out.write(hash, at, "latin1");
-      out[at++] = 0x22; // "
-      out[at++] = 0x7d; // }
-      out[at++] = 0x0a;
-      ends.push(at);
-    }
-    // A short write (a nearly full disk) is continued from where it stopped.
-    let off = 0;
+  /**
+   * Chains `enc`'s lines on to the file's last hash and appends them, rotating first when a line
+   * would take the file past its cap. Returns how many lines were written.
+   */
+  async #chainAndAppend(enc: Encoded): Promise<number> {
+    let done = 0;
+    // Bytes of `enc` before `from` are on disk already (appended before a rotation).
+    let from = 0;
     try {
-      while (off < at) {
-        const n = await this.#write(this.#fh!, out, off, at - off);
-        if (n <= 0) throw new Error(`short write: ${off} of ${at} bytes written`);
+      for (let i = 0; i < enc.lines; i++) {
+        const start = i === 0 ? 0 : enc.ends[i - 1]!;
+        const buffered = start - from;
+        if (this.#size + buffered > 0 && this.#size + buffered + (enc.ends[i]! - start) > this.#maxBytes) {
+          done += await this.#append(enc, from, start);
+          from = start;
+          await this.#rotate();
+        }
+        this.#lastHash = enc.chain(i, this.#lastHash);
+      }
+      return done + (await this.#append(enc, from, enc.at));
+    } catch (err) {
+      // The lines already on disk count, whatever failed after them (a rotation, an append).
+      if (err instanceof AppendError) throw new AppendError(err.cause, done + err.linesWritten);
+      throw new AppendError(err, done);
+    }
+  }
+
+  /** Writes `enc`'s bytes from `from` to `to` (whole lines); returns how many lines they hold. */
+  async #append(enc: Encoded, from: number, to: number): Promise<number> {
+    const lines = enc.ends.filter((end) => end > from && end <= to).length;
+    if (lines === 0) return 0;
+    // A short write (a nearly full disk) is continued from where it stopped.
+    let off = from;
+    try {
+      while (off < to) {
+        const n = await this.#write(this.#fh!, enc.buf, off, to - off);
+        if (n <= 0) throw new Error(`short write: ${off - from} of ${to - from} bytes written`);
         off += n;
       }
     } catch (err) {
-      this.#size += off;
-      throw new AppendError(err, ends.filter((end) => end <= off).length);
+      this.#size += off - from;
+      throw new AppendError(err, enc.ends.filter((end) => end > from && end <= off).length);
     }
-    this.#size += bytes;
+    this.#size += to - from;
+    return lines;
   }
 
   /**
@@ -506,7 +602,7 @@ export class AuditLog {
         // Found at start: a crash in the middle of an append. Reported, and recorded in the chain.
         const why = `a torn last line (${cut} bytes, no newline) was cut from ${basename(this.path)} at start`;
         this.#onWarn(`audit log: ${why}; a gap line records it`);
-        this.#gap = addToGap(this.#gap, [{ entry: { decision: "gap" }, at: Date.now() }], why);
+        this.#gap = addToGap(this.#gap, [Date.now()], why);
       }
     }
     const fh = await open(this.path, "a", 0o600);

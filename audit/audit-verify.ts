@@ -71,8 +71,11 @@ export interface AuditVerifyFailure extends AuditProblem {
 
 export type AuditVerifyResult = AuditVerifyOk | AuditVerifyFailure;
 
-/** `{…,"prev":"<hex>"` then `,"hash":"<hex>"}`: the hash covers the first part closed with `}`. */
-const LINE = /^(\{.*,"prev":"[0-9a-f]{64}"),"hash":"([0-9a-f]{64})"\}$/;
+/**
+ * `{…,"prev":"<hex>"` then `,"hash":"<hex>"}`: the hash covers the first part closed with `}`.
+ * `s`: JSON leaves U+2028 and U+2029 unescaped in strings, and `.` would stop at them.
+ */
+const LINE = /^(\{.*,"prev":"[0-9a-f]{64}"),"hash":"([0-9a-f]{64})"\}$/s;
 
 /** The record of one line, or why it is not a valid audit line. */
 export function parseAuditLine(text: string): { record: AuditRecord } | { problem: string } {

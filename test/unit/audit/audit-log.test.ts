@@ -9,7 +9,9 @@ import {
   auditDir,
   currentAuditFile,
   GENESIS,
+  jsonValue,
   rotatedAuditFile,
+  serialize,
   stripQuery,
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
@@ -202,6 +204,86 @@ function fullDisk(full: { now: boolean; partial?: number }): AuditLogOptions["wr
 
 const entry = (i: number) =>
   ({ decision: "injected", provider: "openai", path: `/v1/x?n=${i}`, status: 200 }) as const;
+
+describe("a line's text (decision 181)", () => {
+  const awkward = [
+    "plain",
+    "",
+    'quote " and backslash \\',
+    "tab\tnewline\ncontrol\u0001\u001f del\u007f",
+    "emoji 😀 and 日本語 and é",
+    "lone \ud800 high, lone \udc00 low, reversed \udc00\ud800",
+    "line separators \u2028\u2029",
+    "</script><!-- -->",
+  ];
+
+  it("writes every field as JSON.stringify does: escapes, surrogates, numbers that are not finite", () => {
+    for (const s of awkward) expect(jsonValue(s)).toBe(JSON.stringify(s));
+    for (const n of [0, -0, 1.5, 200, 1e21, 1e-7, Number.NaN, Number.POSITIVE_INFINITY])
+      expect(jsonValue(n)).toBe(JSON.stringify(n));
+    for (const s of awkward) {
+      const entry = {
+        decision: "blocked" as const,
+        client: s,
+        provider: s,
+        credential: s,
+        method: s,
+        host: s,
+        path: `/p${s}`,
+        status: 403,
+        bytesIn: 0,
+        bytesOut: Number.NaN,
+        durationMs: 1.23456,
+        code: s,
+        reason: s,
+        time: 1_764_201_600_123,
+      };
+      expect(serialize(entry, 0, [], (x) => x)).toBe(
+        JSON.stringify({
+          time: "2025-11-27T00:00:00.123Z",
+          decision: "blocked",
+          client: s,
+          provider: s,
+          credential: s,
+          method: s,
+          host: s,
+          path: `/p${s}`,
+          status: 403,
+          bytes_in: 0,
+          bytes_out: null,
+          duration_ms: 1.235,
+          code: s,
+          reason: s,
+        }),
+      );
+    }
+  });
+
+  it("keeps whole lines and the chain across batches of long, short and multi-byte lines", async () => {
+    const h = home();
+    const log = new AuditLog(h);
+    const reasons: string[] = [];
+    // Batches that grow the buffer, then shorter ones that reuse it, with 3- and 4-byte characters.
+    for (const [n, len] of [
+      [400, 900],
+      [3, 10],
+      [2000, 50],
+      [1, 5000],
+      [50, 0],
+    ] as const) {
+      for (let i = 0; i < n; i++) {
+        const reason = `${"日😀x".repeat(len / 4)}${i}${awkward[i % awkward.length]}`;
+        reasons.push(reason);
+        log.record({ decision: "blocked", reason });
+      }
+      await log.flush();
+    }
+    await log.close();
+    const recs = records(currentAuditFile(h));
+    expect(recs.map((r) => r.reason)).toEqual(reasons.map((r) => JSON.parse(JSON.stringify(r))));
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: reasons.length });
+  });
+});
 
 describe("writes that fail are never silent", () => {
   it("continues a short write from where it stopped", async () => {
