@@ -226,6 +226,12 @@ export class ScrubPatterns {
   readonly #byFirst: (SearchForm[] | undefined)[] = new Array(256);
   /** Longest form length − 1: the most a stream ever holds back. */
   readonly holdback: number;
+  /**
+   * Longest fixed form's length − 1: how far from the end a fixed form's prefix can start. The
+   * JSON spellings (up to six bytes a character) set `holdback`, and are looked for only where
+   * an escape that can start one is; without one, the tail check scans only this many bytes.
+   */
+  readonly #fixedHoldback: number;
 
   readonly #pairs: readonly ScrubPair[];
   readonly #fitLength: boolean;
@@ -298,10 +304,8 @@ export class ScrubPatterns {
       bucket.push(f);
       this.#byFirst[first] = bucket;
     }
-    this.holdback = Math.max(
-      forms.length === 0 ? 0 : forms[0]!.bytes.length - 1,
-      ...json.map((j) => j.maxLength - 1),
-    );
+    this.#fixedHoldback = forms.length === 0 ? 0 : forms[0]!.bytes.length - 1;
+    this.holdback = Math.max(this.#fixedHoldback, ...json.map((j) => j.maxLength - 1));
   }
 
   /** The same patterns with length-preserving replacements (built once, on first use). */
@@ -329,12 +333,15 @@ export class ScrubPatterns {
     const start = Math.max(from, len - this.holdback);
     // JSON spellings with escapes are looked at only when an escape that can start one is there.
     const json = jsonHere && mayStartFrom(this.#jsonNeedles, data, start);
-    for (let p = start; p < len; p++) {
+    // Without them, no prefix starts further back than the longest fixed form (an SSE event of
+    // 200 bytes is otherwise scanned whole, byte by byte, for a key of 40 characters).
+    const byFirst = this.#byFirst;
+    for (let p = json ? start : Math.max(from, len - this.#fixedHoldback); p < len; p++) {
       const byte = data[p]!;
       if (json && this.#jsonFirst[byte] === 1) {
         for (const j of this.#json) if (j.isPrefixAt(data, p)) return p;
       }
-      const candidates = this.#byFirst[byte];
+      const candidates = byFirst[byte];
       if (candidates === undefined) continue;
       const rest = len - p;
       for (const f of candidates) {
