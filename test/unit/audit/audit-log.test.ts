@@ -221,41 +221,47 @@ describe("a line's text (decision 181)", () => {
     for (const s of awkward) expect(jsonValue(s)).toBe(JSON.stringify(s));
     for (const n of [0, -0, 1.5, 200, 1e21, 1e-7, Number.NaN, Number.POSITIVE_INFINITY])
       expect(jsonValue(n)).toBe(JSON.stringify(n));
+    // Every string field, in the order the line has them.
+    const strings = (s: string) => ({
+      client: s,
+      launch: s,
+      provider: s,
+      credential: s,
+      fingerprint: s,
+      method: s,
+      host: s,
+      path: `/p${s}`,
+    });
     for (const s of awkward) {
       const entry = {
         decision: "blocked" as const,
-        client: s,
-        provider: s,
-        credential: s,
-        method: s,
-        host: s,
-        path: `/p${s}`,
+        ...strings(s),
         status: 403,
         bytesIn: 0,
         bytesOut: Number.NaN,
         durationMs: 1.23456,
         code: s,
         reason: s,
+        lost: 2,
+        first: s,
+        last: s,
         time: 1_764_201_600_123,
       };
-      expect(serialize(entry, 0, [], (x) => x)).toBe(
-        JSON.stringify({
-          time: "2025-11-27T00:00:00.123Z",
-          decision: "blocked",
-          client: s,
-          provider: s,
-          credential: s,
-          method: s,
-          host: s,
-          path: `/p${s}`,
-          status: 403,
-          bytes_in: 0,
-          bytes_out: null,
-          duration_ms: 1.235,
-          code: s,
-          reason: s,
-        }),
-      );
+      const expected = {
+        time: "2025-11-27T00:00:00.123Z",
+        decision: "blocked",
+        ...strings(s),
+        status: 403,
+        bytes_in: 0,
+        bytes_out: null,
+        duration_ms: 1.235,
+        code: s,
+        reason: s,
+        lost: 2,
+        first: s,
+        last: s,
+      };
+      expect(serialize(entry, 0, [], (x) => x)).toBe(JSON.stringify(expected));
     }
   });
 
