@@ -16,6 +16,7 @@ import {
   constants,
   connect as h2connect,
   type IncomingHttpHeaders,
+  type IncomingHttpStatusHeader,
   type OutgoingHttpHeaders,
 } from "node:http2";
 import type { Socket } from "node:net";
@@ -82,6 +83,9 @@ function responseHeaders(h: IncomingHttpHeaders): IncomingHttpHeaders {
   for (const name in h) if (name.charCodeAt(0) !== 58 /* ":" */) out[name] = h[name];
   return out;
 }
+
+/** A closed stream's only listener: an error after 'close' concerns no request any more. */
+const ignoreError = () => {};
 
 export class H2Sessions {
   /** The sessions of each origin: one, and another each time all are at their peer's limit. */
@@ -216,16 +220,11 @@ export class H2Sessions {
     let silence = setTimeout(onSilence, o.headersTimeout);
     silence.unref();
     this.#open.set(session, (this.#open.get(session) ?? 0) + 1);
-    stream.once("close", () => {
-      closed = true;
-      clearTimeout(silence);
-      this.#open.set(session, (this.#open.get(session) ?? 1) - 1);
-    });
     // node emits 'response' on the next tick after the HEADERS frame, but a DATA frame read in
     // the same turn reaches a flowing stream's 'data' at once: a busy session (many streams)
     // hands over body bytes before their head. They are kept until the head has gone on.
     let early: Buffer[] | undefined;
-    stream.once("response", (h) => {
+    const onResponse = (h: IncomingHttpHeaders & IncomingHttpStatusHeader) => {
       started = true;
       clearTimeout(silence);
       if (!closed) {
@@ -239,22 +238,22 @@ export class H2Sessions {
       const chunks = early;
       early = undefined;
       for (const chunk of chunks) if (!settled) handler.onResponseData?.(c, chunk);
-    });
-    stream.on("data", (chunk: Buffer) => {
+    };
+    const onData = (chunk: Buffer) => {
       silence.refresh();
       if (settled) return;
       if (started) handler.onResponseData?.(c, chunk);
       else if (early === undefined) early = [chunk];
       else early.push(chunk);
-    });
-    stream.once("trailers", (t) => {
+    };
+    const onTrailers = (t: IncomingHttpHeaders) => {
       trailers = responseHeaders(t);
-    });
+    };
     // A reset ends the readable side as END_STREAM does, and node reports its code only after
     // 'end': the answer's end is decided a turn later, when a reset has made itself known
     // (its 'error' fails the request first).
     let ended = false;
-    stream.once("end", () => {
+    const onEnd = () => {
       ended = true;
       setImmediate(() => {
         if (settled) return;
@@ -276,18 +275,36 @@ export class H2Sessions {
         settled = true;
         handler.onResponseEnd?.(c, trailers);
       });
-    });
-    stream.on("error", (err: NodeJS.ErrnoException) => {
+    };
+    const onError = (err: NodeJS.ErrnoException) => {
       fail(new UpstreamStreamError(err.message, err.code ?? "ERR_HTTP2_STREAM_ERROR", stream.rstCode));
-    });
-    stream.once("close", () => {
+    };
+    const onClose = () => {
+      closed = true;
+      clearTimeout(silence);
+      this.#open.set(session, (this.#open.get(session) ?? 1) - 1);
+      // 'close' is a stream's last event: let go of the exchange. node 20 keeps a closed client
+      // stream until a full garbage collection, and with these listeners the request's whole
+      // exchange, promoted to the old generation with it (docs/performance.md: 9 KB a request).
+      stream.off("response", onResponse);
+      stream.off("data", onData);
+      stream.off("trailers", onTrailers);
+      stream.off("end", onEnd);
+      stream.off("error", onError);
+      stream.on("error", ignoreError);
       // After 'end', the deferred check above decides.
       if (settled || ended) return;
       const rst = stream.rstCode;
       fail(
         new UpstreamStreamError(`the upstream reset the stream (code ${rst})`, "ERR_HTTP2_STREAM_ERROR", rst),
       );
-    });
+    };
+    stream.once("response", onResponse);
+    stream.on("data", onData);
+    stream.once("trailers", onTrailers);
+    stream.once("end", onEnd);
+    stream.on("error", onError);
+    stream.once("close", onClose);
     if (o.body === null) return;
     if (Buffer.isBuffer(o.body)) {
       stream.end(o.body);
