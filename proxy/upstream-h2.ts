@@ -279,18 +279,21 @@ export class H2Sessions {
     const onError = (err: NodeJS.ErrnoException) => {
       fail(new UpstreamStreamError(err.message, err.code ?? "ERR_HTTP2_STREAM_ERROR", stream.rstCode));
     };
+    // The request's listeners, removed at 'close' (a stream's last event): node 20 keeps a
+    // closed client stream until a full garbage collection, and with them the request's whole
+    // exchange, promoted to the old generation with it (decision 182).
+    const listeners = Object.entries({
+      response: onResponse,
+      data: onData,
+      trailers: onTrailers,
+      end: onEnd,
+      error: onError,
+    });
     const onClose = () => {
       closed = true;
       clearTimeout(silence);
       this.#open.set(session, (this.#open.get(session) ?? 1) - 1);
-      // 'close' is a stream's last event: let go of the exchange. node 20 keeps a closed client
-      // stream until a full garbage collection, and with these listeners the request's whole
-      // exchange, promoted to the old generation with it (docs/performance.md: 9 KB a request).
-      stream.off("response", onResponse);
-      stream.off("data", onData);
-      stream.off("trailers", onTrailers);
-      stream.off("end", onEnd);
-      stream.off("error", onError);
+      for (const [event, listener] of listeners) stream.off(event, listener);
       stream.on("error", ignoreError);
       // After 'end', the deferred check above decides.
       if (settled || ended) return;
@@ -299,11 +302,7 @@ export class H2Sessions {
         new UpstreamStreamError(`the upstream reset the stream (code ${rst})`, "ERR_HTTP2_STREAM_ERROR", rst),
       );
     };
-    stream.once("response", onResponse);
-    stream.on("data", onData);
-    stream.once("trailers", onTrailers);
-    stream.once("end", onEnd);
-    stream.on("error", onError);
+    for (const [event, listener] of listeners) stream.on(event, listener);
     stream.once("close", onClose);
     if (o.body === null) return;
     if (Buffer.isBuffer(o.body)) {
