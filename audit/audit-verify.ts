@@ -5,14 +5,8 @@
 import { createReadStream, readdirSync } from "node:fs";
 import { basename, join } from "node:path";
 import { createInterface } from "node:readline";
-import {
-  AUDIT_DECISIONS,
-  type AuditChain,
-  type AuditRecord,
-  auditDir,
-  GENESIS,
-  sha256,
-} from "./audit-log.js";
+import { sha256 } from "./audit-line.js";
+import { AUDIT_DECISIONS, type AuditChain, type AuditRecord, auditDir, GENESIS } from "./audit-log.js";
 
 /** The audit files that exist, oldest first: audit.<n>.jsonl … audit.1.jsonl, audit.jsonl. */
 export function listAuditFiles(home: string, name: AuditChain = "audit"): string[] {

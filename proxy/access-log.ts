@@ -1,7 +1,7 @@
 // The access log: one log line per request for a person watching the broker, when
 // KEYBROKER_ACCESS_LOG=1 or the rule file's `log: { access: true }` asks for it. The audit log
 // stays the record; this is the same facts in the broker's own log, ids and fingerprints only.
-import { stripQuery } from "../audit/audit-log.js";
+import { stripQuery } from "../audit/audit-line.js";
 import { UsageError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import type { Exchange } from "./exchange.js";

@@ -8,7 +8,7 @@
 // the request is refused with 503 approvals_full and nothing more of its body is kept. The place
 // is kept at most the rule's approval timeout, body read included: a body that has not ended by
 // then is answered 408 request_timeout and its place freed (decision 134).
-import { stripQuery } from "../../audit/audit-log.js";
+import { stripQuery } from "../../audit/audit-line.js";
 import { redactText } from "../../audit/redact.js";
 import { BrokerError } from "../../core/errors.js";
 import { knownSecrets } from "../../core/scrub.js";

@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { jsonValue, serialize, stripQuery } from "../../../audit/audit-line.js";
 import {
   AuditLog,
   type AuditLogOptions,
@@ -9,10 +10,7 @@ import {
   auditDir,
   currentAuditFile,
   GENESIS,
-  jsonValue,
   rotatedAuditFile,
-  serialize,
-  stripQuery,
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
 import { knownSecrets } from "../../../core/scrub.js";
