@@ -10,8 +10,17 @@ import { ProxyAgent } from "undici";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
-import { type CliResult, cliAsync, findSecrets, homeArgs, homeWithCa, outputs } from "./broker.js";
-import { ALL_REAL, type FixtureOptions, prepareFixture } from "./fixture.js";
+import {
+  type CliResult,
+  cliAsync,
+  findSecrets,
+  homeArgs,
+  homeWithCa,
+  outputs,
+  tempHome,
+  writeConfig,
+} from "./broker.js";
+import { ALL_REAL, type FixtureOptions, prepareFixture, REAL_OPENAI } from "./fixture.js";
 import { agentPlaceholders, placeholderOf } from "./placeholders.js";
 import type { FakeUpstream } from "./upstream.js";
 
@@ -130,4 +139,33 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
 }
 
 /** Either fixture, for helpers that only send requests and read what the broker logged. */
+/**
+ * A broker whose one provider, `openai` (key REAL_OPENAI), is an upstream on this machine:
+ * `api.openai.com:443` resolved to `upstream.port`, its CA trusted. `extra` adds top-level rule
+ * lines. Returns the broker, its home and the default client's placeholder for the key.
+ */
+export async function startOpenAIBehind(
+  upstream: { readonly caPath: string; readonly port: number },
+  extra = "",
+): Promise<{ broker: InProcessBroker; home: string; placeholder: string }> {
+  const home = tempHome();
+  const config = writeConfig(
+    tempHome(),
+    `version: 1
+upstream_ca: [${JSON.stringify(upstream.caPath)}]
+${extra}resolve:
+  "api.openai.com:443": "127.0.0.1:${upstream.port}"
+providers:
+  openai:
+    credentials: [OPENAI_API_KEY]
+`,
+  );
+  const broker = await startInProcessBroker({ home, config, env: { OPENAI_API_KEY: REAL_OPENAI } });
+  return {
+    broker,
+    home,
+    placeholder: placeholderOf(agentPlaceholders(broker.broker.runtime, "default"), "openai"),
+  };
+}
+
 export type AnyFixture = InProcessFixture | import("./fixture.js").Fixture;

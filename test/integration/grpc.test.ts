@@ -10,10 +10,9 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadOrCreateCa } from "../../certs/ca.js";
 import { LeafMinter } from "../../certs/leaf.js";
-import { findSecrets, outputs, tempHome, writeConfig } from "../helpers/broker.js";
+import { findSecrets, outputs } from "../helpers/broker.js";
 import { REAL_OPENAI } from "../helpers/fixture.js";
-import { type InProcessBroker, startInProcessBroker } from "../helpers/in-process.js";
-import { agentPlaceholders, placeholderOf } from "../helpers/placeholders.js";
+import { type InProcessBroker, startOpenAIBehind } from "../helpers/in-process.js";
 
 type Msg = Record<string, unknown>;
 const ser = (v: Msg) => Buffer.from(JSON.stringify(v));
@@ -126,20 +125,7 @@ beforeAll(async () => {
       (err, p) => (err ? reject(err) : resolve(p)),
     ),
   );
-  home = tempHome();
-  const config = writeConfig(
-    tempHome(),
-    `version: 1
-upstream_ca: [${JSON.stringify(ca.certPath)}]
-resolve:
-  "api.openai.com:443": "127.0.0.1:${port}"
-providers:
-  openai:
-    credentials: [OPENAI_API_KEY]
-`,
-  );
-  broker = await startInProcessBroker({ home, config, env: { OPENAI_API_KEY: REAL_OPENAI } });
-  placeholder = placeholderOf(agentPlaceholders(broker.broker.runtime, "default"), "openai");
+  ({ broker, home, placeholder } = await startOpenAIBehind({ caPath: ca.certPath, port }));
   // grpc-js finds its proxy in the environment when a channel is made.
   process.env.grpc_proxy = broker.url;
   client = new EchoClient(

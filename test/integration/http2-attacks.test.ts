@@ -4,12 +4,11 @@
 import { once } from "node:events";
 import { constants } from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { findSecrets, outputs, tempHome, writeConfig } from "../helpers/broker.js";
+import { findSecrets, outputs } from "../helpers/broker.js";
 import { REAL_OPENAI } from "../helpers/fixture.js";
 import { h2Request, h2Through } from "../helpers/h2-client.js";
 import { type H2Upstream, startH2Upstream } from "../helpers/h2-upstream.js";
-import { type InProcessBroker, startInProcessBroker } from "../helpers/in-process.js";
-import { agentPlaceholders, placeholderOf } from "../helpers/placeholders.js";
+import { type InProcessBroker, startOpenAIBehind } from "../helpers/in-process.js";
 
 let up: H2Upstream;
 let broker: InProcessBroker;
@@ -18,21 +17,7 @@ let key: string;
 
 beforeAll(async () => {
   up = await startH2Upstream();
-  home = tempHome();
-  const config = writeConfig(
-    tempHome(),
-    `version: 1
-upstream_ca: [${JSON.stringify(up.caPath)}]
-timeouts: { keep_alive: 1s }
-resolve:
-  "api.openai.com:443": "127.0.0.1:${up.port}"
-providers:
-  openai:
-    credentials: [OPENAI_API_KEY]
-`,
-  );
-  broker = await startInProcessBroker({ home, config, env: { OPENAI_API_KEY: REAL_OPENAI } });
-  key = placeholderOf(agentPlaceholders(broker.broker.runtime, "default"), "openai");
+  ({ broker, home, placeholder: key } = await startOpenAIBehind(up, "timeouts: { keep_alive: 1s }\n"));
 });
 
 afterAll(async () => {

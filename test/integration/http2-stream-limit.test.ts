@@ -20,8 +20,7 @@ import { packageRoot } from "../../core/package-root.js";
 import { findSecrets, outputs, tempHome, writeConfig } from "../helpers/broker.js";
 import { REAL_OPENAI } from "../helpers/fixture.js";
 import { type H2Upstream, startH2Upstream } from "../helpers/h2-upstream.js";
-import { type InProcessBroker, startInProcessBroker } from "../helpers/in-process.js";
-import { agentPlaceholders, placeholderOf } from "../helpers/placeholders.js";
+import { type InProcessBroker, startInProcessBroker, startOpenAIBehind } from "../helpers/in-process.js";
 
 const LIMIT = 3;
 const STREAMS = 8;
@@ -35,20 +34,7 @@ const held: ServerHttp2Stream[] = [];
 
 beforeAll(async () => {
   h2 = await startH2Upstream({ settings: { maxConcurrentStreams: LIMIT } });
-  home = tempHome();
-  const config = writeConfig(
-    tempHome(),
-    `version: 1
-upstream_ca: [${JSON.stringify(h2.caPath)}]
-resolve:
-  "api.openai.com:443": "127.0.0.1:${h2.port}"
-providers:
-  openai:
-    credentials: [OPENAI_API_KEY]
-`,
-  );
-  broker = await startInProcessBroker({ home, config, env: { OPENAI_API_KEY: REAL_OPENAI } });
-  openai = placeholderOf(agentPlaceholders(broker.broker.runtime, "default"), "openai");
+  ({ broker, home, placeholder: openai } = await startOpenAIBehind(h2));
   // An event stream that sends its first event and then stays open, as a model thinking.
   h2.routes.set("/v1/responses", (stream, headers) => {
     stream.respond({ ":status": 200, "content-type": "text/event-stream" });
