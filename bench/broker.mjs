@@ -90,11 +90,6 @@ export async function startUpstream(dir, { h2 = false } = {}) {
   return { child, upstream: { port, ca: certs.ca, caPem: fs.readFileSync(certs.ca), pid: child.pid } };
 }
 
-/**
- * Starts one broker. `home` may be shared between brokers run one after the other (the CA is
- * made once). `nodeOptions` are flags for the broker's node (V8 flags such as
- * `--max-semi-space-size=3`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
- */
 /** Stores a login with `REAL_KEY` as its access token for each provider, as `auth add` would. */
 function storeBenchLogins(home) {
   const tokens = path.join(home, "tokens");
@@ -117,6 +112,11 @@ function storeBenchLogins(home) {
   }
 }
 
+/**
+ * Starts one broker. `home` may be shared between brokers run one after the other (the CA is
+ * made once). `nodeOptions` are flags for the broker's node (V8 flags such as
+ * `--max-semi-space-size=2`). Resolves `{child, pid, port, proxyUrl, caPem, stop}`.
+ */
 export async function startBroker({ dir, home, name, upstream, wildHosts, variant, nodeOptions }) {
   if (variant?.oauth) storeBenchLogins(home);
   const config = path.join(dir, `keybroker-${name}.yaml`);

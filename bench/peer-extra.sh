@@ -23,4 +23,4 @@ providers:
 ${KEYBROKER_BENCH_EXTRA_RULES:-}
 YAML
 node "$root/dist/cli/main.js" ca path --home "$home" > "$BENCH_CA_OUT"
-exec node ${KEYBROKER_NODE_OPTIONS:---max-semi-space-size=3 --single-threaded-gc} "$root/dist/cli/main.js" start --home "$home" --config "$state/keybroker.yaml" --port "$BENCH_PROXY_PORT"
+exec node ${KEYBROKER_NODE_OPTIONS:---max-semi-space-size=2 --single-threaded-gc} "$root/dist/cli/main.js" start --home "$home" --config "$state/keybroker.yaml" --port "$BENCH_PROXY_PORT"
