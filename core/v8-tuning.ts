@@ -19,8 +19,8 @@
 //                            Not on Node 24, whose Maglev tier gets there by itself.
 //
 // All are read when used, so setting them at start-up works. The young generation's size is
-// fixed when the process starts: `npm start` and bench/peer-extra.sh pass
-// `--max-semi-space-size=2 --single-threaded-gc` on node's command line (decision 183; turning
+// fixed when the process starts: `npm start` and bench/peer-extra.sh pass NODE_FLAGS on node's
+// command line, and `start` relaunches itself with them where node can (decision 183; turning
 // the GC's threads off here instead, once the heap exists, stops node with a fatal V8 check).
 import v8 from "node:v8";
 import vm from "node:vm";
@@ -43,6 +43,56 @@ export const TIER_UP_FLAGS: readonly string[] =
       ];
 
 export const V8_FLAGS: readonly string[] = ["--liftoff-only", "--heap-growing-percent=25", ...TIER_UP_FLAGS];
+
+/**
+ * Flags that only node's command line can set (decision 183): the young generation's size is
+ * fixed when the heap is made, and `--single-threaded-gc` is refused by NODE_OPTIONS.
+ */
+export const NODE_FLAGS: readonly string[] = ["--max-semi-space-size=2", "--single-threaded-gc"];
+
+/** What `tunedCommandLine` reads of the process. */
+export interface ProcessLaunch {
+  readonly execPath: string;
+  readonly execArgv: readonly string[];
+  readonly argv: readonly string[];
+  readonly env: NodeJS.ProcessEnv;
+  readonly platform: string;
+}
+
+/**
+ * The command line that starts this process again with NODE_FLAGS, or undefined when it needs
+ * none: tuning is off, or node's command line or NODE_OPTIONS already gives one of the flags
+ * (the user's choice stands, and a relaunched process finds its own flags there).
+ */
+export function tunedCommandLine(p: ProcessLaunch): string[] | undefined {
+  if (p.env.KEYBROKER_V8_TUNING === "off" || p.platform === "win32" || p.argv.length < 2) return undefined;
+  const given = [...p.execArgv, ...(p.env.NODE_OPTIONS ?? "").split(/\s+/)].map((f) =>
+    f.replaceAll("_", "-"),
+  );
+  if (given.some((f) => f.startsWith("--max-semi-space-size") || f === "--single-threaded-gc"))
+    return undefined;
+  return [p.execPath, ...NODE_FLAGS, ...p.execArgv, ...p.argv.slice(1)];
+}
+
+type Execve = (file: string, args: readonly string[], env: NodeJS.ProcessEnv) => never;
+
+/**
+ * `keybroker start` run without NODE_FLAGS (an installed command, `npx`) replaces itself with
+ * the same command under them, where node can (`process.execve`, Node 22.15 and later): the same
+ * pid, terminal and environment, nothing opened yet. On Node 20 it goes on with node's defaults
+ * (docs/install.md gives the command line).
+ */
+export function relaunchTuned(): void {
+  const execve = (process as unknown as { execve?: Execve }).execve;
+  if (typeof execve !== "function") return;
+  const args = tunedCommandLine(process);
+  if (args === undefined) return;
+  try {
+    execve.call(process, process.execPath, args, process.env);
+  } catch {
+    // The exec itself failed: this process goes on, untuned.
+  }
+}
 
 /** Streamed body bytes between two young-generation GCs (see `noteStreamed`). */
 const STREAMED_GC_BYTES = 2 * 1024 * 1024;

@@ -2,7 +2,7 @@ import { watch } from "node:fs";
 import { basename, dirname } from "node:path";
 import { brokerRecordOnPort } from "../../core/broker-records.js";
 import { UserError } from "../../core/errors.js";
-import { settleHeap, tuneV8 } from "../../core/v8-tuning.js";
+import { relaunchTuned, settleHeap, tuneV8 } from "../../core/v8-tuning.js";
 import { Broker } from "../../proxy/server.js";
 import { RuleFileError } from "../../rules/errors.js";
 import { kindOf } from "../../rules/kinds/index.js";
@@ -34,11 +34,14 @@ Environment: KEYBROKER_HOME, KEYBROKER_CONFIG, KEYBROKER_LOG_LEVEL (info), KEYBR
 (pretty on a terminal, else json), KEYBROKER_ACCESS_LOG=1 (a log line per request), and the variables
 that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...): once read, they show empty in
 the broker's /proc/<pid>/environ (better still, keep the keys in the home's .env). KEYBROKER_V8_TUNING=off
-keeps V8's defaults instead of the memory-saving settings start applies; KEYBROKER_V8_FLAGS
+keeps V8's defaults instead of the memory-saving settings start applies (node flags that it
+gives itself by restarting in place on Node 22.15 and later; on Node 20 run it as
+node --max-semi-space-size=2 --single-threaded-gc "$(command -v keybroker)" start); KEYBROKER_V8_FLAGS
 replaces their flag list.
 
 ${COMMON_HELP}`,
   async run(argv) {
+    relaunchTuned();
     const { values } = parse(argv, { port: { type: "string" } });
     let port: number | undefined;
     if (values.port !== undefined) {

@@ -2,7 +2,13 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { constants, PerformanceObserver, performance } from "node:perf_hooks";
 import { describe, expect, it } from "vitest";
-import { noteStreamed, TIER_UP_FLAGS, tuneV8 } from "../../../core/v8-tuning.js";
+import {
+  NODE_FLAGS,
+  noteStreamed,
+  TIER_UP_FLAGS,
+  tunedCommandLine,
+  tuneV8,
+} from "../../../core/v8-tuning.js";
 import { ROOT } from "../../helpers/broker.js";
 
 /** Young-generation GCs that started while `run` ran, as reported by perf_hooks. */
@@ -62,5 +68,83 @@ describe("V8 tuning", () => {
     expect(defaults.calls).toBeLessThan(1e6);
     if (TIER_UP_FLAGS.length > 0) expect(tuned.calls).toBeLessThan(defaults.calls / 2);
     else expect(tuned.calls).toBe(defaults.calls); // Node 24: Maglev, V8's own budgets
+  });
+
+  describe("node's own flags (decision 183)", () => {
+    const launch = {
+      execPath: "/usr/bin/node",
+      execArgv: [] as string[],
+      argv: ["/usr/bin/node", "/usr/lib/node_modules/keybroker/dist/cli/main.js", "start", "--port", "0"],
+      env: {} as NodeJS.ProcessEnv,
+      platform: "linux",
+    };
+
+    it("starts the same command again with the flags when node ran without them", () => {
+      expect(NODE_FLAGS).toEqual(["--max-semi-space-size=2", "--single-threaded-gc"]);
+      expect(tunedCommandLine(launch)).toEqual([
+        "/usr/bin/node",
+        "--max-semi-space-size=2",
+        "--single-threaded-gc",
+        "/usr/lib/node_modules/keybroker/dist/cli/main.js",
+        "start",
+        "--port",
+        "0",
+      ]);
+      // The user's own node flags go along, after ours.
+      expect(tunedCommandLine({ ...launch, execArgv: ["--inspect"] })?.slice(1, 5)).toEqual([
+        ...NODE_FLAGS,
+        "--inspect",
+        "/usr/lib/node_modules/keybroker/dist/cli/main.js",
+      ]);
+    });
+
+    it("leaves a process alone that has either flag, has tuning off, or runs on Windows", () => {
+      expect(
+        tunedCommandLine({ ...launch, execArgv: ["--max-semi-space-size=2", "--single-threaded-gc"] }),
+      ).toBe(undefined);
+      expect(tunedCommandLine({ ...launch, execArgv: ["--max-semi-space-size", "8"] })).toBe(undefined);
+      expect(tunedCommandLine({ ...launch, execArgv: ["--max_semi_space_size=8"] })).toBe(undefined);
+      expect(tunedCommandLine({ ...launch, execArgv: ["--single-threaded-gc"] })).toBe(undefined);
+      expect(tunedCommandLine({ ...launch, env: { NODE_OPTIONS: "--max-semi-space-size=16" } })).toBe(
+        undefined,
+      );
+      expect(tunedCommandLine({ ...launch, env: { KEYBROKER_V8_TUNING: "off" } })).toBe(undefined);
+      expect(tunedCommandLine({ ...launch, platform: "win32" })).toBe(undefined);
+    });
+
+    it("replaces the process through process.execve where node has it, with the environment as it is", async () => {
+      // Node 20 has no process.execve: a stand-in records the call (on Node 22.15+ and 24 the
+      // real one replaced the process, same pid, in the check recorded in decision 183).
+      const script = `
+        process.execve = function (file, args, env) {
+          console.log(JSON.stringify({ self: this === process, file, args, marker: env.KB_RELAUNCH_MARK }));
+          process.exit(7);
+        };
+        import(${JSON.stringify(join(ROOT, "dist/core/v8-tuning.js"))}).then(({ relaunchTuned }) => {
+          relaunchTuned();
+          console.log("not relaunched");
+        });`;
+      const run = (args: string[], env: Record<string, string>) =>
+        new Promise<{ code: number | null; stdout: string }>((resolve) => {
+          const base = { ...process.env };
+          delete base.KEYBROKER_V8_TUNING;
+          delete base.NODE_OPTIONS;
+          execFile(
+            process.execPath,
+            [...args, "-e", script, "--", "start"],
+            { env: { ...base, ...env } },
+            (err, stdout) => resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout }),
+          );
+        });
+      const bare = await run([], { KB_RELAUNCH_MARK: "m1" });
+      expect(bare.code).toBe(7);
+      const call = JSON.parse(bare.stdout) as { self: boolean; file: string; args: string[]; marker: string };
+      expect(call).toMatchObject({ self: true, file: process.execPath, marker: "m1" });
+      expect(call.args.slice(0, 3)).toEqual([process.execPath, ...NODE_FLAGS]);
+      const tuned = await run([...NODE_FLAGS], {});
+      expect(tuned).toEqual({ code: 0, stdout: "not relaunched\n" });
+      const off = await run([], { KEYBROKER_V8_TUNING: "off" });
+      expect(off).toEqual({ code: 0, stdout: "not relaunched\n" });
+    });
   });
 });
