@@ -4,12 +4,13 @@
 // Node 20 does not, and its fetch and `https.request` would connect around the broker. Silent on
 // success; undici comes from keybroker's own install, whatever the agent has installed.
 
-import http from "node:http";
+import type * as Http from "node:http";
 import https from "node:https";
 import { createRequire } from "node:module";
 import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import type * as Undici from "undici";
+import { http } from "../core/node-http.js";
 
 const LEGACY_DISPATCHER = Symbol.for("undici.globalDispatcher.1");
 
@@ -51,7 +52,7 @@ type Callback = (err: Error | null, stream: Duplex) => void;
 
 /** An https.Agent that opens each connection as a CONNECT tunnel through the proxy. */
 class TunnellingAgent extends https.Agent {
-  override createConnection(options: http.RequestOptions, callback?: Callback): Duplex | undefined {
+  override createConnection(options: Http.RequestOptions, callback?: Callback): Duplex | undefined {
     const tlsOptions = options as tls.ConnectionOptions;
     const host = options.host ?? "localhost";
     const port = Number(options.port) || 443;
@@ -83,7 +84,7 @@ class TunnellingAgent extends https.Agent {
 
 /** An http.Agent that sends plain-HTTP requests to the proxy in absolute form. */
 class ForwardingAgent extends http.Agent {
-  addRequest(req: http.ClientRequest, options: http.RequestOptions & { host?: string }): void {
+  addRequest(req: Http.ClientRequest, options: Http.RequestOptions & { host?: string }): void {
     const host = options.host ?? "localhost";
     const port = Number(options.port) || 80;
     const proxy = proxyFor("http:");
@@ -117,7 +118,7 @@ try {
     setGlobalDispatcher(new EnvHttpProxyAgent());
   }
   // Node 22.21+ and 24 give their global agents `proxyEnv` when NODE_USE_ENV_PROXY is set.
-  const native = (agent: http.Agent) => (agent as { options?: { proxyEnv?: unknown } }).options?.proxyEnv;
+  const native = (agent: Http.Agent) => (agent as { options?: { proxyEnv?: unknown } }).options?.proxyEnv;
   if (native(https.globalAgent) === undefined) https.globalAgent = new TunnellingAgent({ keepAlive: true });
   if (native(http.globalAgent) === undefined) http.globalAgent = new ForwardingAgent({ keepAlive: true });
 } catch (err) {

@@ -3,7 +3,7 @@
 // its own health endpoint; the inner server parses what comes out of intercepted TLS. It owns
 // the sockets, their limits and the answers to malformed requests; every request bound upstream
 // goes to `handle` (the pipeline) with its target.
-import { createServer, type IncomingMessage, type Server, ServerResponse } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Http2Server, IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { ADMIN_PREFIX } from "../../admin/api.js";
@@ -14,6 +14,7 @@ import type { AuditEntry } from "../../audit/audit-log.js";
 import type { LeafMinter } from "../../certs/leaf.js";
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { http } from "../../core/node-http.js";
 import { releaseHeap } from "../../core/v8-tuning.js";
 import { VERSION } from "../../core/version.js";
 import type { BrokerMetrics } from "../../metrics/broker-metrics.js";
@@ -102,13 +103,13 @@ export class Listener {
     this.#p = p;
     const { rules } = p;
     const options = serverOptions(rules);
-    this.#outer = createServer(options, (req, res) => this.#onOuterRequest(req, res));
+    this.#outer = http.createServer(options, (req, res) => this.#onOuterRequest(req, res));
     if (!isLoopbackHost(rules.listen.host)) {
-      this.#adminTls = createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
+      this.#adminTls = http.createServer(options, (req, res) => this.#onAdminTlsRequest(req, res));
       answerClientErrors(this.#adminTls);
       answerTlsOnSamePort(this.#outer, this.#adminTls, p.minter, rules.timeouts.handshakeMs);
     }
-    this.#inner = createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
+    this.#inner = http.createServer(options, (req, res) => this.#onInterceptedRequest(req, res));
     this.#cap = new ConnectionCap(this.#outer, connectionLimit(rules), p.log);
     this.#h2 = createH2Server(
       {
@@ -306,7 +307,7 @@ export class Listener {
   #onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, intercepted: boolean): void {
     socket.on("error", () => socket.destroy());
     // A response bound to the raw socket, so refusals go out as ordinary error responses.
-    const res = new ServerResponse(req);
+    const res = new http.ServerResponse(req);
     res.assignSocket(socket);
     res.shouldKeepAlive = false;
     // A refusal says `Connection: close`; no server hook closes a response made by hand.

@@ -4,10 +4,11 @@
 // moment a callback with the right state (and iss, RFC 9207) arrives: no wait can end it after
 // that. An https redirect URI has the user paste the address they were sent to.
 import { once } from "node:events";
-import { createServer, type Server, type ServerResponse } from "node:http";
+import type { Server, ServerResponse } from "node:http";
 import { createInterface } from "node:readline";
 import * as oauth from "oauth4webapi";
 import { UserError } from "../../core/errors.js";
+import { http } from "../../core/node-http.js";
 import type { OAuthClient, Tokens } from "./oauth-client.js";
 
 export const DEFAULT_CALLBACK_PORT = 8765;
@@ -120,7 +121,7 @@ async function loopback(
     res
       .writeHead(400, { "content-type": "text/plain" })
       .end("This is not the login keybroker is waiting for.\n");
-  const server: Server = createServer((req, res) => {
+  const server: Server = http.createServer((req, res) => {
     const url = new URL(req.url ?? "/", redirect);
     if (done || url.pathname !== redirect.pathname) {
       res.writeHead(404).end();
