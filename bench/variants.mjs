@@ -96,6 +96,14 @@ export const VARIANTS = [
     note: "a young generation twice as large (what `3` got: V8 rounds it up to a power of two)",
   },
   {
+    name: "single-threaded",
+    optIn: true,
+    top: "",
+    provider: "",
+    nodeOptions: ["--max-semi-space-size=2", "--single-threaded-gc", "--single-threaded"],
+    note: "no background compiling either (compiler threads' allocator arenas)",
+  },
+  {
     name: "turbofan-llhttp",
     optIn: true,
     top: "",
