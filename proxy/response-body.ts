@@ -56,6 +56,44 @@ export interface BodySink {
   end(done: () => void): void;
 }
 
+/** What `startResponse` writes a streamed body with. */
+interface BodyWriter {
+  write(chunk: Buffer): boolean;
+  /** Before `end`: node frames the last chunk and writes the terminator and trailers itself. */
+  release(): void;
+}
+
+/**
+ * Writes a streamed body. node's HTTP/1.1 response frames each chunk of a chunked body as four
+ * writes (size line, CRLF, data, CRLF) that its socket then gathers; one framed buffer instead
+ * is about a tenth fewer instructions for a stream of small SSE events (docs/performance.md).
+ * node reads `chunkedEncoding` at every write, and the head it wrote already says chunked.
+ */
+function bodyWriter(res: ExchangeResponse): BodyWriter {
+  const node = res as ExchangeResponse & { chunkedEncoding?: boolean };
+  if (node.chunkedEncoding !== true) return { write: (chunk) => res.write(chunk), release: () => {} };
+  node.chunkedEncoding = false;
+  return {
+    write: (chunk) => (chunk.length === 0 ? true : res.write(frameChunk(chunk))),
+    release: () => {
+      node.chunkedEncoding = true;
+    },
+  };
+}
+
+/** One chunk of a chunked body (RFC 9112 §7.1): size in hex, CRLF, the bytes, CRLF. */
+export function frameChunk(chunk: Buffer): Buffer {
+  const size = chunk.length.toString(16);
+  const framed = Buffer.allocUnsafe(size.length + chunk.length + 4);
+  const at = framed.write(size, 0, "latin1");
+  framed[at] = 0x0d;
+  framed[at + 1] = 0x0a;
+  chunk.copy(framed, at + 2);
+  framed[framed.length - 2] = 0x0d;
+  framed[framed.length - 1] = 0x0a;
+  return framed;
+}
+
 /** Writes the response head and returns where its body goes. */
 export function startResponse(
   res: ExchangeResponse,
@@ -68,10 +106,12 @@ export function startResponse(
     res.writeHead(status, statusMessage, forwardableResponseHeaders(upstreamHeaders));
     // An event stream's head goes out at once; other heads ride with the first body bytes.
     if (String(upstreamHeaders["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
+    const writer = bodyWriter(res);
     return {
-      write: (chunk) => res.write(chunk),
+      write: writer.write,
       onceDrain: (resume) => res.once("drain", resume),
       end: (done) => {
+        writer.release();
         res.end();
         res.once("finish", done);
       },
@@ -117,9 +157,10 @@ export function startResponse(
   res.writeHead(status, reason, headers);
   if (String(upstreamHeaders["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
   const scrubber = new ResponseScrubber(keepLength ? patterns.sameLength() : patterns);
+  const writer = bodyWriter(res);
   const emit = (chunk: Buffer): boolean => {
     const out = scrubber.push(chunk);
-    return out.length === 0 ? true : res.write(out);
+    return out.length === 0 ? true : writer.write(out);
   };
   if (inflate === undefined) {
     return {
@@ -127,6 +168,7 @@ export function startResponse(
       onceDrain: (resume) => res.once("drain", resume),
       end: (done) => {
         const tail = scrubber.end();
+        writer.release();
         res.end(tail.length > 0 ? tail : undefined);
         res.once("finish", done);
       },
@@ -147,6 +189,7 @@ export function startResponse(
     end: (done) => {
       out.once("end", () => {
         const tail = scrubber.end();
+        writer.release();
         res.end(tail.length > 0 ? tail : undefined);
         res.once("finish", done);
       });
