@@ -140,5 +140,13 @@ describe("a streamed HTTP/1.1 body", () => {
   it("frameChunk writes the size in hex", () => {
     expect(frameChunk(Buffer.alloc(255, 0x61)).subarray(0, 4).toString("latin1")).toBe("ff\r\n");
     expect(frameChunk(Buffer.from("x")).toString("latin1")).toBe("1\r\nx\r\n");
+    for (const size of [0x10, 0xfff, 0x1000, 0x4000, 0x12345]) {
+      const chunk = Buffer.alloc(size, 0x62);
+      const framed = frameChunk(chunk);
+      const head = `${size.toString(16)}\r\n`;
+      expect(framed.subarray(0, head.length).toString("latin1")).toBe(head);
+      expect(framed.subarray(head.length, head.length + size).equals(chunk)).toBe(true);
+      expect(framed.subarray(head.length + size).toString("latin1")).toBe("\r\n");
+    }
   });
 });
