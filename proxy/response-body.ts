@@ -66,8 +66,9 @@ interface BodyWriter {
 /**
  * Writes a streamed body. node's HTTP/1.1 response frames each chunk of a chunked body as four
  * writes (size line, CRLF, data, CRLF) that its socket then gathers; one framed buffer instead
- * is about a tenth fewer instructions for a stream of small SSE events (docs/performance.md).
- * node reads `chunkedEncoding` at every write, and the head it wrote already says chunked.
+ * is about a tenth fewer instructions for a stream of small SSE events. node reads
+ * `chunkedEncoding` at every write, and the head it wrote already says chunked; where the flag
+ * is missing or false, node frames as before (docs/decisions.md, decision 185).
  */
 function bodyWriter(res: ExchangeResponse): BodyWriter {
   const node = res as ExchangeResponse & { chunkedEncoding?: boolean };
