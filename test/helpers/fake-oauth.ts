@@ -46,6 +46,8 @@ export interface FakeOAuth {
    * server does with a request never completed.
    */
   stall: Promise<unknown> | undefined;
+  /** Stalled token requests whose client went away (its connection closed) while they waited. */
+  stalledGone: number;
   /** client_credentials tokens issued (the secret the client must send is `clientSecret`). */
   clientTokens: string[];
   clientSecret: string;
@@ -89,6 +91,7 @@ export function installFakeOAuth(
     deviceAnswer: {},
     tokenRequests: 0,
     stall: undefined,
+    stalledGone: 0,
     clientTokens: [],
     clientSecret: opts.clientSecret ?? "",
     login() {
@@ -171,6 +174,9 @@ export function installFakeOAuth(
   u.routes.set("POST /token", async (req, res, body) => {
     fake.tokenRequests++;
     if (fake.stall !== undefined) {
+      req.socket.once("close", () => {
+        fake.stalledGone++;
+      });
       const how = await fake.stall;
       if (how === "drop") req.socket.destroy();
       if (req.socket.destroyed) return;

@@ -221,6 +221,9 @@ describe("refresh custody", () => {
       f.broker.child.kill("SIGKILL");
       await new Promise((r) => f.broker.child.once("exit", r));
       expect((await import("node:fs")).existsSync(lock)).toBe(true);
+      // The server must see A's connection close before the stall ends, or it would process A's
+      // refresh after all (its exit can be seen before the socket's end on a busy machine).
+      while (fake.stalledGone === 0) await new Promise((r) => setTimeout(r, 5));
       fake.stall = undefined;
       release();
       await stalled;
