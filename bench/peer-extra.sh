@@ -23,4 +23,5 @@ providers:
 ${KEYBROKER_BENCH_EXTRA_RULES:-}
 YAML
 node "$root/dist/cli/main.js" ca path --home "$home" > "$BENCH_CA_OUT"
-exec node ${KEYBROKER_NODE_OPTIONS:---max-semi-space-size=2 --single-threaded-gc} "$root/dist/cli/main.js" start --home "$home" --config "$state/keybroker.yaml" --port "$BENCH_PROXY_PORT"
+# The node flags `npm start` gives (scripts/node-flags.mjs), unless KEYBROKER_NODE_OPTIONS says.
+exec node ${KEYBROKER_NODE_OPTIONS:-$(node "$root/scripts/node-flags.mjs")} "$root/dist/cli/main.js" start --home "$home" --config "$state/keybroker.yaml" --port "$BENCH_PROXY_PORT"

@@ -44,13 +44,42 @@ export const TIER_UP_FLAGS: readonly string[] =
 
 export const V8_FLAGS: readonly string[] = ["--liftoff-only", "--heap-growing-percent=25", ...TIER_UP_FLAGS];
 
-/**
- * Flags that only node's command line can set (decision 183): the young generation's size is
- * fixed when the heap is made, and `--single-threaded-gc` is refused by NODE_OPTIONS.
- */
-export const NODE_FLAGS: readonly string[] = ["--max-semi-space-size=2", "--single-threaded-gc"];
+/** How `keybroker start` tunes node where the settings must be in place when node starts. */
+export interface LaunchTuning {
+  /**
+   * Flags that only node's command line can set (decision 183): the young generation's size is
+   * fixed when the heap is made, and `--single-threaded-gc` is refused by NODE_OPTIONS.
+   */
+  readonly flags: readonly string[];
+  /** Environment glibc reads when the process starts (musl ignores it). */
+  readonly env: Readonly<Record<string, string>>;
+}
 
-/** What `tunedCommandLine` reads of the process. */
+/**
+ * The tuning for a V8 major version (decision 187). Node 20 and 22: a 2 MiB young generation
+ * and the GC on the main thread. Node 24 (V8 13) keeps more of its freed heap pages resident
+ * with the GC on the main thread than with its helper threads (174 against 136 MiB at peak
+ * under the peer harness's load), and its compiler threads each kept a glibc arena of what
+ * their compiles had allocated (136 against 120 MiB with one arena): the young generation's
+ * size and `MALLOC_ARENA_MAX=1`.
+ */
+export function tuningFor(v8Major: number): LaunchTuning {
+  return v8Major >= 13
+    ? { flags: ["--max-semi-space-size=2"], env: { MALLOC_ARENA_MAX: "1" } }
+    : { flags: ["--max-semi-space-size=2", "--single-threaded-gc"], env: {} };
+}
+
+const TUNING = tuningFor(V8_MAJOR);
+export const NODE_FLAGS: readonly string[] = TUNING.flags;
+export const LAUNCH_ENV: Readonly<Record<string, string>> = TUNING.env;
+/**
+ * Names the variables of LAUNCH_ENV that a launch added (those the user had not set), so that
+ * the launched process can remove them again (`forgetLaunchEnv`): the programs the broker
+ * starts get the user's environment.
+ */
+const LAUNCH_ENV_MARK = "KEYBROKER_LAUNCH_ENV";
+
+/** What `tunedLaunch` reads of the process. */
 export interface ProcessLaunch {
   readonly execPath: string;
   readonly execArgv: readonly string[];
@@ -60,38 +89,61 @@ export interface ProcessLaunch {
 }
 
 /**
- * The command line that starts this process again with NODE_FLAGS, or undefined when it needs
- * none: tuning is off, or node's command line or NODE_OPTIONS already gives one of the flags
- * (the user's choice stands, and a relaunched process finds its own flags there).
+ * The command line and environment that start this process again with the tuning's flags and
+ * environment, or undefined when it needs none: tuning is off, or node's command line or
+ * NODE_OPTIONS already gives one of the flags (the user's choice stands, and a relaunched process
+ * finds its own flags there).
  */
-export function tunedCommandLine(p: ProcessLaunch): string[] | undefined {
+export function tunedLaunch(
+  p: ProcessLaunch,
+  tuning: LaunchTuning = TUNING,
+): { args: string[]; env: NodeJS.ProcessEnv } | undefined {
   if (p.env.KEYBROKER_V8_TUNING === "off" || p.platform === "win32" || p.argv.length < 2) return undefined;
   const given = [...p.execArgv, ...(p.env.NODE_OPTIONS ?? "").split(/\s+/)].map((f) =>
     f.replaceAll("_", "-"),
   );
   if (given.some((f) => f.startsWith("--max-semi-space-size") || f === "--single-threaded-gc"))
     return undefined;
-  return [p.execPath, ...NODE_FLAGS, ...p.execArgv, ...p.argv.slice(1)];
+  const env: NodeJS.ProcessEnv = { ...p.env };
+  const added = Object.keys(tuning.env).filter((k) => p.env[k] === undefined);
+  for (const k of added) env[k] = tuning.env[k];
+  if (added.length > 0) env[LAUNCH_ENV_MARK] = added.join(",");
+  return { args: [p.execPath, ...tuning.flags, ...p.execArgv, ...p.argv.slice(1)], env };
+}
+
+/**
+ * Removes from process.env what a tuned launch added to it (LAUNCH_ENV_MARK lists it): the
+ * process has read it already, and the programs it starts should get the user's environment.
+ */
+export function forgetLaunchEnv(env: NodeJS.ProcessEnv = process.env): void {
+  const mark = env[LAUNCH_ENV_MARK];
+  if (mark === undefined) return;
+  for (const k of mark.split(",")) delete env[k];
+  delete env[LAUNCH_ENV_MARK];
 }
 
 type Execve = (file: string, args: readonly string[], env: NodeJS.ProcessEnv) => never;
 
 /**
  * `keybroker start` run without NODE_FLAGS (an installed command, `npx`) replaces itself with
- * the same command under them, where node can (`process.execve`, Node 22.15 and later): the same
- * pid, terminal and environment, nothing opened yet. On Node 20 it goes on with node's defaults
- * (docs/install.md gives the command line).
+ * the same command under them and LAUNCH_ENV, where node can (`process.execve`, Node 22.15 and
+ * later): the same pid, terminal and environment, nothing opened yet. On Node 20 it goes on with
+ * node's defaults (docs/install.md gives the command line). A launched process forgets
+ * LAUNCH_ENV here.
  */
 export function relaunchTuned(): void {
   const execve = (process as unknown as { execve?: Execve }).execve;
-  if (typeof execve !== "function") return;
-  const args = tunedCommandLine(process);
-  if (args === undefined) return;
-  try {
-    execve.call(process, process.execPath, args, process.env);
-  } catch {
-    // The exec itself failed: this process goes on, untuned.
+  if (typeof execve === "function") {
+    const launch = tunedLaunch(process);
+    if (launch !== undefined) {
+      try {
+        execve.call(process, process.execPath, launch.args, launch.env);
+      } catch {
+        // The exec itself failed: this process goes on, untuned.
+      }
+    }
   }
+  forgetLaunchEnv();
 }
 
 /** Streamed body bytes between two young-generation GCs (see `noteStreamed`). */

@@ -4,11 +4,13 @@ import { constants, PerformanceObserver, performance } from "node:perf_hooks";
 import v8 from "node:v8";
 import { describe, expect, it, vi } from "vitest";
 import {
+  forgetLaunchEnv,
   NODE_FLAGS,
   noteStreamed,
   TIER_UP_FLAGS,
-  tunedCommandLine,
+  tunedLaunch,
   tuneV8,
+  tuningFor,
 } from "../../../core/v8-tuning.js";
 import { ROOT } from "../../helpers/broker.js";
 
@@ -132,37 +134,70 @@ describe("V8 tuning", () => {
       platform: "linux",
     };
 
+    it("chooses the flags and environment by V8's version (decision 187)", () => {
+      const node20 = { flags: ["--max-semi-space-size=2", "--single-threaded-gc"], env: {} };
+      expect(tuningFor(11)).toEqual(node20);
+      expect(tuningFor(12)).toEqual(node20);
+      expect(tuningFor(13)).toEqual({ flags: ["--max-semi-space-size=2"], env: { MALLOC_ARENA_MAX: "1" } });
+      expect(NODE_FLAGS).toEqual(tuningFor(Number(process.versions.v8.split(".")[0])).flags);
+    });
+
     it("starts the same command again with the flags when node ran without them", () => {
-      expect(NODE_FLAGS).toEqual(["--max-semi-space-size=2", "--single-threaded-gc"]);
-      expect(tunedCommandLine(launch)).toEqual([
-        "/usr/bin/node",
-        "--max-semi-space-size=2",
-        "--single-threaded-gc",
-        "/usr/lib/node_modules/keybroker/dist/cli/main.js",
-        "start",
-        "--port",
-        "0",
-      ]);
+      const node20 = tuningFor(11);
+      expect(tunedLaunch(launch, node20)).toEqual({
+        args: [
+          "/usr/bin/node",
+          "--max-semi-space-size=2",
+          "--single-threaded-gc",
+          "/usr/lib/node_modules/keybroker/dist/cli/main.js",
+          "start",
+          "--port",
+          "0",
+        ],
+        env: {},
+      });
       // The user's own node flags go along, after ours.
-      expect(tunedCommandLine({ ...launch, execArgv: ["--inspect"] })?.slice(1, 5)).toEqual([
-        ...NODE_FLAGS,
+      expect(tunedLaunch({ ...launch, execArgv: ["--inspect"] }, node20)?.args.slice(1, 5)).toEqual([
+        ...node20.flags,
         "--inspect",
         "/usr/lib/node_modules/keybroker/dist/cli/main.js",
       ]);
     });
 
+    it("adds Node 24's environment, marked so that the new process can forget it; a value the user set stands", () => {
+      const node24 = tuningFor(13);
+      const env = { HOME: "/home/u", PATH: "/usr/bin" };
+      const relaunch = tunedLaunch({ ...launch, env }, node24)!;
+      expect(relaunch.args.slice(1, 3)).toEqual([
+        "--max-semi-space-size=2",
+        "/usr/lib/node_modules/keybroker/dist/cli/main.js",
+      ]);
+      expect(relaunch.env).toEqual({
+        ...env,
+        MALLOC_ARENA_MAX: "1",
+        KEYBROKER_LAUNCH_ENV: "MALLOC_ARENA_MAX",
+      });
+      expect(env).toEqual({ HOME: "/home/u", PATH: "/usr/bin" }); // a copy, not the process's own
+      // The launched process: what the launch added goes, the rest stays.
+      forgetLaunchEnv(relaunch.env);
+      expect(relaunch.env).toEqual(env);
+      // The user's own MALLOC_ARENA_MAX is kept, and not forgotten.
+      const own = tunedLaunch({ ...launch, env: { ...env, MALLOC_ARENA_MAX: "4" } }, node24)!;
+      expect(own.env).toEqual({ ...env, MALLOC_ARENA_MAX: "4" });
+      forgetLaunchEnv(own.env);
+      expect(own.env.MALLOC_ARENA_MAX).toBe("4");
+    });
+
     it("leaves a process alone that has either flag, has tuning off, or runs on Windows", () => {
-      expect(
-        tunedCommandLine({ ...launch, execArgv: ["--max-semi-space-size=2", "--single-threaded-gc"] }),
-      ).toBe(undefined);
-      expect(tunedCommandLine({ ...launch, execArgv: ["--max-semi-space-size", "8"] })).toBe(undefined);
-      expect(tunedCommandLine({ ...launch, execArgv: ["--max_semi_space_size=8"] })).toBe(undefined);
-      expect(tunedCommandLine({ ...launch, execArgv: ["--single-threaded-gc"] })).toBe(undefined);
-      expect(tunedCommandLine({ ...launch, env: { NODE_OPTIONS: "--max-semi-space-size=16" } })).toBe(
+      expect(tunedLaunch({ ...launch, execArgv: ["--max-semi-space-size=2", "--single-threaded-gc"] })).toBe(
         undefined,
       );
-      expect(tunedCommandLine({ ...launch, env: { KEYBROKER_V8_TUNING: "off" } })).toBe(undefined);
-      expect(tunedCommandLine({ ...launch, platform: "win32" })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, execArgv: ["--max-semi-space-size", "8"] })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, execArgv: ["--max_semi_space_size=8"] })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, execArgv: ["--single-threaded-gc"] })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, env: { NODE_OPTIONS: "--max-semi-space-size=16" } })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, env: { KEYBROKER_V8_TUNING: "off" } })).toBe(undefined);
+      expect(tunedLaunch({ ...launch, platform: "win32" })).toBe(undefined);
     });
 
     it("replaces the process through process.execve where node has it, with the environment as it is", async () => {
@@ -175,7 +210,8 @@ describe("V8 tuning", () => {
         };
         import(${JSON.stringify(join(ROOT, "dist/core/v8-tuning.js"))}).then(({ relaunchTuned }) => {
           relaunchTuned();
-          console.log("not relaunched");
+          const env = (k) => process.env[k] ?? "-";
+          console.log("not relaunched", env("MALLOC_ARENA_MAX"), env("KEYBROKER_LAUNCH_ENV"));
         });`;
       const run = (args: string[], env: Record<string, string>) =>
         new Promise<{ code: number | null; stdout: string }>((resolve) => {
@@ -193,11 +229,20 @@ describe("V8 tuning", () => {
       expect(bare.code).toBe(7);
       const call = JSON.parse(bare.stdout) as { self: boolean; file: string; args: string[]; marker: string };
       expect(call).toMatchObject({ self: true, file: process.execPath, marker: "m1" });
-      expect(call.args.slice(0, 3)).toEqual([process.execPath, ...NODE_FLAGS]);
+      expect(call.args.slice(0, 1 + NODE_FLAGS.length)).toEqual([process.execPath, ...NODE_FLAGS]);
       const tuned = await run([...NODE_FLAGS], {});
-      expect(tuned).toEqual({ code: 0, stdout: "not relaunched\n" });
+      expect(tuned).toEqual({ code: 0, stdout: "not relaunched - -\n" });
       const off = await run([], { KEYBROKER_V8_TUNING: "off" });
-      expect(off).toEqual({ code: 0, stdout: "not relaunched\n" });
+      expect(off).toEqual({ code: 0, stdout: "not relaunched - -\n" });
+      // A launched process forgets what its launch added, so that what it starts does not get it;
+      // the user's own setting stays.
+      const launched = await run([...NODE_FLAGS], {
+        MALLOC_ARENA_MAX: "1",
+        KEYBROKER_LAUNCH_ENV: "MALLOC_ARENA_MAX",
+      });
+      expect(launched).toEqual({ code: 0, stdout: "not relaunched - -\n" });
+      const users = await run([...NODE_FLAGS], { MALLOC_ARENA_MAX: "2" });
+      expect(users).toEqual({ code: 0, stdout: "not relaunched 2 -\n" });
     });
   });
 });
