@@ -165,6 +165,10 @@ export function tuneV8(): void {
   const gc = vm.runInNewContext("gc") as (options?: { type: "minor" | "major" }) => void;
   minorGc = () => gc({ type: "minor" });
   idleGc = process.env.KEYBROKER_IDLE_GC !== "off";
+  // A fresh idle check: its timer is made again on first use.
+  clearTimeout(idleTimer);
+  idleTimer = undefined;
+  idleArmed = false;
 }
 
 /**
@@ -196,10 +200,19 @@ export function releaseHeap(): void {
 const QUIET_MS = 1;
 /** How full the young generation must be for a GC in a quiet moment. */
 const IDLE_GC_FILL = 0.5;
-/** Body chunks passed through, and the count `idleCheck` saw last. */
+/**
+ * Body chunks that must have passed since the last look at the heap before the check is armed
+ * again: a timer that fires costs about as much as a small request's own work in the broker,
+ * and a broker serving one request at a time is quiet after each of them.
+ */
+const IDLE_CHECK_CHUNKS = 64;
+/** Body chunks passed through, the count `idleCheck` saw last, and the count at its last look. */
 let activity = 0;
 let seenActivity = 0;
+let lookedAt = 0;
+/** One timer, re-armed with `refresh` (a new one per quiet moment costs more than the check). */
 let idleTimer: NodeJS.Timeout | undefined;
+let idleArmed = false;
 /** KEYBROKER_IDLE_GC=off leaves every young-generation GC to V8 (for A/B bench runs). */
 let idleGc = true;
 
@@ -210,7 +223,7 @@ let idleGc = true;
 export function noteStreamed(bytes: number): void {
   if (minorGc === undefined) return;
   activity++;
-  if (idleTimer === undefined && idleGc) armIdleCheck();
+  if (!idleArmed && idleGc && activity - lookedAt >= IDLE_CHECK_CHUNKS) armIdleCheck();
   streamed += bytes;
   if (streamed < STREAMED_GC_BYTES) return;
   streamed = 0;
@@ -219,6 +232,11 @@ export function noteStreamed(bytes: number): void {
 
 function armIdleCheck(): void {
   seenActivity = activity;
+  idleArmed = true;
+  if (idleTimer !== undefined) {
+    idleTimer.refresh();
+    return;
+  }
   idleTimer = setTimeout(idleCheck, QUIET_MS);
   idleTimer.unref();
 }
@@ -226,7 +244,7 @@ function armIdleCheck(): void {
 /**
  * V8 collects the young generation when an allocation finds it full, which is in the middle of
  * the work that allocates: with 20 streams whose chunks arrive together, a collection of 0.5-1.5
- * ms held back every chunk behind it, and those set the streams' tail latency (docs/performance.md).
+ * ms held back every chunk behind it, and those set the streams' tail latency (decision 186).
  * Once no body bytes have passed for QUIET_MS, a young generation at least half full is collected
  * there, where nothing waits for it. Under steady load the broker is never quiet that long, and
  * nothing changes.
@@ -237,7 +255,8 @@ function idleCheck(): void {
     idleTimer!.refresh();
     return;
   }
-  idleTimer = undefined;
+  idleArmed = false;
+  lookedAt = activity;
   const young = v8.getHeapSpaceStatistics().find((s) => s.space_name === "new_space");
   if (young === undefined) return;
   const fill = young.space_used_size / (young.space_used_size + young.space_available_size);

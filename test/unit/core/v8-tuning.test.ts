@@ -62,28 +62,51 @@ describe("V8 tuning", () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     try {
       tuneV8();
+      /**
+       * A burst of 64 chunks (enough since the last look for the check to be armed; at once,
+       * so that it is armed on a whole millisecond, as the fake clock counts its timers), then
+       * a chunk every half millisecond for 50 ms: never a quiet moment.
+       */
+      const flow = () => {
+        for (let i = 0; i < 64; i++) noteStreamed(1);
+        for (let i = 0; i < 100; i++) {
+          vi.advanceTimersByTime(0.5);
+          noteStreamed(1);
+        }
+      };
       fillYoung(0.6);
-      // Bytes every half millisecond for 50 ms: never a quiet moment.
-      for (let i = 0; i < 100; i++) {
-        noteStreamed(1);
-        vi.advanceTimersByTime(0.5);
-      }
+      flow();
       expect(youngFill()).toBeGreaterThanOrEqual(0.6);
-      vi.advanceTimersByTime(1);
+      // Quiet: the check that sees no chunk since its last turn (within two milliseconds) looks.
+      vi.advanceTimersByTime(2);
       expect(youngFill()).toBeLessThan(0.1);
 
+      /** `flow`, the young generation filled to `to` as the last chunk passes. */
+      const flowInto = (to: number) => {
+        flow();
+        fillYoung(to);
+        noteStreamed(1);
+      };
+
       // Less than half full: nothing to do in the quiet moment.
-      fillYoung(0.4);
-      noteStreamed(1);
+      flowInto(0.4);
       vi.advanceTimersByTime(5);
       expect(youngFill()).toBeGreaterThanOrEqual(0.4);
+
+      // One chunk since the last look: no look, however full (a broker serving one request at
+      // a time is quiet after each).
+      fillYoung(0.6);
+      noteStreamed(1);
+      vi.advanceTimersByTime(5);
+      expect(youngFill()).toBeGreaterThanOrEqual(0.6);
+      flowInto(0.6);
+      vi.advanceTimersByTime(5);
+      expect(youngFill()).toBeLessThan(0.1);
 
       // Switched off, for an A/B bench run (docs/performance.md).
       process.env.KEYBROKER_IDLE_GC = "off";
       tuneV8();
-      vi.advanceTimersByTime(5);
-      fillYoung(0.6);
-      noteStreamed(1);
+      flowInto(0.6);
       vi.advanceTimersByTime(5);
       expect(youngFill()).toBeGreaterThanOrEqual(0.6);
     } finally {
