@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { constants, PerformanceObserver, performance } from "node:perf_hooks";
 import v8 from "node:v8";
@@ -209,6 +210,20 @@ describe("V8 tuning", () => {
       expect(own.env).toEqual({ ...env, MALLOC_ARENA_MAX: "4" });
       forgetLaunchEnv(own.env);
       expect(own.env.MALLOC_ARENA_MAX).toBe("4");
+    });
+
+    it("npm start gives node the flags where it cannot relaunch itself, and leaves them to the relaunch where it can", async () => {
+      const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+        scripts: { start: string };
+      };
+      expect(pkg.scripts.start).toBe("exec node $(node scripts/node-flags.mjs) dist/cli/main.js start");
+      const printed = await new Promise<string>((resolve, reject) =>
+        execFile(process.execPath, [join(ROOT, "scripts/node-flags.mjs")], (err, stdout) =>
+          err ? reject(err) : resolve(stdout),
+        ),
+      );
+      const canRelaunch = typeof (process as { execve?: unknown }).execve === "function";
+      expect(printed).toBe(`${canRelaunch ? "" : NODE_FLAGS.join(" ")}\n`);
     });
 
     it("leaves a process alone that has either flag, has tuning off, or runs on Windows", () => {
