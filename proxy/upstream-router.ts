@@ -9,7 +9,13 @@
 import type { Socket } from "node:net";
 import type { Dispatcher } from "undici";
 import { OFFER_H1, OFFER_H2 } from "./listener/engine.js";
-import { createUpstreamAgent, createUpstreamConnector, type UpstreamOptions } from "./upstream.js";
+import {
+  createUpstreamAgent,
+  createUpstreamConnector,
+  handoffConnector,
+  type UpstreamOptions,
+} from "./upstream.js";
+import { H1Pools } from "./upstream-h1.js";
 import { type H2DispatchOptions, H2Sessions } from "./upstream-h2.js";
 
 export type OriginProtocol = "h2" | "http/1.1";
@@ -66,10 +72,15 @@ export class UpstreamRouter implements UpstreamDispatch {
   /** Probed HTTP/1.1 connections waiting for the Agent, by `hostname:port`. */
   readonly #handoff = new Map<string, Socket>();
   readonly #h2 = new H2Sessions();
+  /** The request path's HTTP/1.1 (decision 188); undefined with KEYBROKER_UPSTREAM_H1=undici. */
+  readonly #h1: H1Pools | undefined;
 
   constructor(opts: UpstreamOptions) {
-    this.agent = createUpstreamAgent(opts, (hostname, port) => this.#take(`${hostname}:${port}`));
+    const take = (hostname: string, port: number) => this.#take(`${hostname}:${port}`);
+    this.agent = createUpstreamAgent(opts, take);
     this.#connect = createUpstreamConnector(opts, true);
+    this.#h1 =
+      process.env.KEYBROKER_UPSTREAM_H1 === "undici" ? undefined : new H1Pools(handoffConnector(opts, take));
   }
 
   /** What `origin` (`https://host[:port]`) speaks, when it is known. */
@@ -93,7 +104,8 @@ export class UpstreamRouter implements UpstreamDispatch {
     const origin = opts.origin;
     const known = origin.charCodeAt(4) === 58 /* "http:" */ ? "http/1.1" : this.#known.get(origin);
     if (known === "http/1.1") {
-      this.agent.dispatch(opts as Dispatcher.DispatchOptions, handler);
+      if (this.#h1 !== undefined) this.#h1.dispatch(opts, handler);
+      else this.agent.dispatch(opts as Dispatcher.DispatchOptions, handler);
       return;
     }
     if (known === "h2") {
@@ -169,6 +181,7 @@ export class UpstreamRouter implements UpstreamDispatch {
   }
 
   async close(): Promise<void> {
+    this.#h1?.close();
     this.#h2.close();
     for (const s of this.#handoff.values()) s.destroy();
     this.#handoff.clear();
@@ -176,6 +189,7 @@ export class UpstreamRouter implements UpstreamDispatch {
   }
 
   async destroy(): Promise<void> {
+    this.#h1?.destroy();
     this.#h2.destroy();
     for (const s of this.#handoff.values()) s.destroy();
     this.#handoff.clear();

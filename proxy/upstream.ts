@@ -141,29 +141,38 @@ export function createUpstreamConnector(opts: UpstreamOptions, h2 = false): Conn
   };
 }
 
+/** Something that may give a connection already open to `hostname:port` (the protocol probe's). */
+export type Handoff = (hostname: string, port: number) => import("node:net").Socket | undefined;
+
 /**
- * The Agent of HTTP/1.1 upstream requests. `handoff` may give it a connection already open to
- * the origin (the protocol probe's, upstream-router.ts) before it opens one itself.
+ * The connector of HTTP/1.1 upstream connections: `handoff` may give it a connection already
+ * open to the origin (the protocol probe's, upstream-router.ts) before it opens one itself.
  */
-export function createUpstreamAgent(
-  opts: UpstreamOptions,
-  handoff?: (hostname: string, port: number) => import("node:net").Socket | undefined,
-): Agent {
-  const timeout = opts.timeoutMs ?? 30 * 60_000;
+export function handoffConnector(opts: UpstreamOptions, handoff?: Handoff): Connector {
   const connector = createUpstreamConnector(opts);
+  return (options, callback) => {
+    if (handoff !== undefined && options.protocol === "https:") {
+      const socket = handoff(options.hostname, Number(options.port) || 443);
+      // Answered on the next tick, as a new connection would be: the caller is still inside
+      // the call that asked for it.
+      if (socket !== undefined) return process.nextTick(callback, null, socket);
+    }
+    return connector(options, callback);
+  };
+}
+
+/**
+ * The Agent of upstream requests that are not the request path's own: WebSocket upgrades and
+ * the OAuth and MCP calls (the request path's HTTP/1.1 is upstream-h1.ts).
+ */
+export function createUpstreamAgent(opts: UpstreamOptions, handoff?: Handoff): Agent {
+  const timeout = opts.timeoutMs ?? 30 * 60_000;
+  const connector = handoffConnector(opts, handoff);
   return new Agent({
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 600_000,
     headersTimeout: timeout,
     bodyTimeout: timeout,
-    connect(options, callback) {
-      if (handoff !== undefined && options.protocol === "https:") {
-        const socket = handoff(options.hostname, Number(options.port) || 443);
-        // Answered on the next tick, as a new connection would be: undici's client is still
-        // inside the call that asked for it.
-        if (socket !== undefined) return process.nextTick(callback, null, socket);
-      }
-      return connector(options, callback);
-    },
+    connect: connector,
   });
 }

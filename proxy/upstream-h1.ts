@@ -1,0 +1,600 @@
+// HTTP/1.1 upstream (decision 188): keep-alive connections per origin, one request at a time on
+// each, answers parsed by node's own llhttp binding (the parser behind node:http), behind the
+// same handler interface undici's dispatch uses, as upstream-h2.ts is. It replaced undici's
+// Agent on the request path because undici's client was the largest share of a request's cost
+// (docs/performance.md); undici still carries WebSocket upgrades and the OAuth and MCP calls.
+//   - the request: one write of head and body when the body is in memory; a streamed body is
+//     written as it comes, framed by its content-length or chunked, and paused while the
+//     connection's buffer is full;
+//   - the answer: head, data with pause/resume (the socket stops reading), trailers at the end;
+//     1xx heads are skipped; an answer to HEAD has no body;
+//   - a connection goes back to its origin's idle list when the answer ended, the request was
+//     written whole and both sides keep it alive; the idle time is the upstream's
+//     `Keep-Alive: timeout` less a second, else 30 s, so the broker drops a connection before
+//     the upstream does;
+//   - silence longer than the request's timeouts (before the head, between chunks) fails it.
+import { createRequire } from "node:module";
+import type { Socket } from "node:net";
+import type { Readable } from "node:stream";
+import type { buildConnector, Dispatcher } from "undici";
+import { type H2DispatchOptions, UpstreamStreamError } from "./upstream-h2.js";
+
+type Connector = buildConnector.connector;
+type ConnectOptions = Parameters<Connector>[0];
+type IncomingHeaders = Record<string, string | string[]>;
+
+/** node's llhttp binding, as node:http's client uses it (`_http_common`: the same on Node 20, 22, 24). */
+interface Parser {
+  initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void;
+  execute(chunk: Buffer): number | Error;
+  finish(): number | Error | undefined;
+  close(): void;
+  [slot: number]: unknown;
+}
+interface ParserClass {
+  new (): Parser;
+  readonly RESPONSE: number;
+  readonly kOnHeaders: number;
+  readonly kOnHeadersComplete: number;
+  readonly kOnBody: number;
+  readonly kOnMessageComplete: number;
+  readonly kOnExecute: number;
+  readonly kLenientNone: number;
+}
+const { HTTPParser } = createRequire(import.meta.url)("_http_common") as { HTTPParser: ParserClass };
+
+/** Idle time when the upstream does not say (`Keep-Alive: timeout=N`). */
+const IDLE_MS = 30_000;
+/** The most an upstream's own keep-alive hint may keep a connection. */
+const MAX_IDLE_MS = 600_000;
+/** How often idle connections are looked at for expiry, while there are any. */
+const SWEEP_MS = 1_000;
+
+/** A header value that would end the line early (CR, LF) or is not text (NUL, controls). */
+const BAD_VALUE = /[\0-\x08\x0a-\x1f\x7f]/;
+const BAD_NAME = /[^!#$%&'*+\-.^_`|~0-9A-Za-z]/;
+const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i;
+const EXPECTS_BODY = new Set(["POST", "PUT", "PATCH"]);
+const CRLF = Buffer.from("\r\n", "latin1");
+
+function invalid(message: string): Error {
+  return Object.assign(new Error(message), { code: "UND_ERR_INVALID_ARG" });
+}
+
+/**
+ * The request head, framing included: `content-length` is the body's own length when the body
+ * is in memory, the client's for a stream that has one, else the stream goes chunked.
+ */
+function requestHead(o: H2DispatchOptions, length: number | undefined): { head: string; chunked: boolean } {
+  if (BAD_VALUE.test(o.path) || o.path.includes(" "))
+    throw invalid("the request path has characters HTTP/1.1 cannot carry");
+  let head = `${o.method} ${o.path} HTTP/1.1\r\n`;
+  let host = false;
+  let declared: string | undefined;
+  const list = o.headers;
+  for (let i = 0; i < list.length; i += 2) {
+    const name = list[i]!;
+    const value = list[i + 1]!;
+    if (BAD_NAME.test(name) || BAD_VALUE.test(value))
+      throw invalid(`header ${JSON.stringify(name)} cannot be sent`);
+    if (name === "content-length") {
+      declared ??= value;
+      continue;
+    }
+    if (name === "host") host = true;
+    head += `${name}: ${value}\r\n`;
+  }
+  if (!host) head += `host: ${new URL(o.origin).host}\r\n`;
+  let chunked = false;
+  if (length !== undefined) head += `content-length: ${length}\r\n`;
+  else if (o.body !== null && declared !== undefined) head += `content-length: ${declared}\r\n`;
+  else if (o.body !== null) {
+    head += "transfer-encoding: chunked\r\n";
+    chunked = true;
+  } else if (declared !== undefined || EXPECTS_BODY.has(o.method)) head += "content-length: 0\r\n";
+  return { head: `${head}\r\n`, chunked };
+}
+
+/** Response header lines as undici hands them over: lower-case names, repeats as arrays. */
+function headerObject(lines: readonly string[]): IncomingHeaders {
+  const out: IncomingHeaders = {};
+  for (let i = 0; i < lines.length; i += 2) {
+    const name = lines[i]!.toLowerCase();
+    const value = lines[i + 1]!;
+    const prior = out[name];
+    if (prior === undefined) out[name] = value;
+    else if (Array.isArray(prior)) prior.push(value);
+    else out[name] = [prior, value];
+  }
+  return out;
+}
+
+/** One request on one connection; also the controller its handler is given. */
+class Exchange1 {
+  aborted = false;
+  paused = false;
+  reason: Error | null = null;
+  /** The answer ended or failed: nothing more goes to the handler. */
+  settled = false;
+  /** The whole request has been written. */
+  written = false;
+  head = false;
+  conn: Conn | undefined;
+  body: Readable | undefined;
+
+  constructor(
+    readonly o: H2DispatchOptions,
+    readonly handler: Dispatcher.DispatchHandler,
+  ) {}
+
+  abort(reason: Error): void {
+    if (this.aborted || this.settled) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.conn?.kill();
+    this.fail(reason);
+  }
+
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+    this.conn?.read();
+  }
+
+  fail(err: Error): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.stopBody();
+    this.handler.onResponseError?.(this as unknown as Dispatcher.DispatchController, err);
+  }
+
+  stopBody(): void {
+    const body = this.body;
+    if (body === undefined) return;
+    this.body = undefined;
+    body.off("data", this.onBodyData!);
+    body.off("end", this.onBodyEnd!);
+    body.off("error", this.onBodyError!);
+    this.conn?.socket.off("drain", this.onDrain!);
+    // What the upstream did not wait for is read and dropped, so the client's connection
+    // is not left with a paused request.
+    if (!this.written) body.resume();
+  }
+
+  /** Streams a request body: paused while the socket's buffer is full. */
+  sendBody(body: Readable, chunked: boolean, declared: number | undefined): void {
+    this.body = body;
+    let sent = 0;
+    const socket = this.conn!.socket;
+    this.onBodyData = (chunk: Buffer) => {
+      sent += chunk.length;
+      this.conn?.touch();
+      if (declared !== undefined && sent > declared) {
+        this.abort(
+          Object.assign(new Error("the request body is longer than its content-length"), {
+            code: "UND_ERR_REQ_CONTENT_LENGTH_MISMATCH",
+          }),
+        );
+        return;
+      }
+      if (chunk.length === 0) return;
+      const ok = socket.write(
+        chunked
+          ? Buffer.concat([Buffer.from(`${chunk.length.toString(16)}\r\n`, "latin1"), chunk, CRLF])
+          : chunk,
+      );
+      if (!ok) {
+        body.pause();
+        socket.once("drain", this.onDrain!);
+      }
+    };
+    this.onDrain = () => body.resume();
+    this.onBodyEnd = () => {
+      if (declared !== undefined && sent !== declared) {
+        this.abort(
+          Object.assign(new Error("the request body is shorter than its content-length"), {
+            code: "UND_ERR_REQ_CONTENT_LENGTH_MISMATCH",
+          }),
+        );
+        return;
+      }
+      if (chunked) socket.write("0\r\n\r\n", "latin1");
+      this.written = true;
+      this.stopBody();
+      this.conn?.maybeRelease(this);
+    };
+    this.onBodyError = () => this.abort(new Error("the request body failed"));
+    body.on("data", this.onBodyData);
+    body.on("end", this.onBodyEnd);
+    body.on("error", this.onBodyError);
+  }
+
+  // Set by sendBody: a request whose body is in memory allocates none of them.
+  onBodyData: ((chunk: Buffer) => void) | undefined;
+  onBodyEnd: (() => void) | undefined;
+  onBodyError: (() => void) | undefined;
+  onDrain: (() => void) | undefined;
+}
+
+/** One keep-alive connection to an origin and its parser. */
+class Conn {
+  readonly parser: Parser;
+  current: Exchange1 | undefined;
+  /** The answer being parsed is a 1xx: skipped. */
+  informational = false;
+  keepAlive = true;
+  idleMs = IDLE_MS;
+  idleSince = 0;
+  dead = false;
+  /** The answer has ended; the connection waits for the request to be written whole. */
+  answered = false;
+  #trailers: string[] | undefined;
+  #partial: string[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #timerMs = 0;
+  /** Inside the parser: a resume there must not read (the loop in `read` goes on by itself). */
+  #executing = false;
+
+  constructor(
+    readonly pools: H1Pools,
+    readonly origin: string,
+    readonly socket: Socket,
+  ) {
+    const parser = new HTTPParser();
+    parser.initialize(HTTPParser.RESPONSE, {}, 0, HTTPParser.kLenientNone);
+    parser[HTTPParser.kOnHeaders] = (lines: string[]) => {
+      if (this.current?.head) this.#trailers = (this.#trailers ?? []).concat(lines);
+      else this.#partial = this.#partial.concat(lines);
+    };
+    parser[HTTPParser.kOnHeadersComplete] = this.#onHead;
+    parser[HTTPParser.kOnBody] = this.#onBody;
+    parser[HTTPParser.kOnMessageComplete] = this.#onEnd;
+    this.parser = parser;
+    socket.on("readable", this.read);
+    socket.on("end", this.#onSocketEnd);
+    socket.on("error", this.#onError);
+    socket.once("close", this.#onClose);
+  }
+
+  /** Activity: restarts the silence timer of the request under way. */
+  touch(): void {
+    this.#timer?.refresh();
+  }
+
+  start(x: Exchange1): void {
+    this.current = x;
+    this.answered = false;
+    x.conn = this;
+    const ms = x.o.headersTimeout;
+    if (this.#timer === undefined || this.#timerMs !== ms) {
+      if (this.#timer !== undefined) clearTimeout(this.#timer);
+      this.#timer = setTimeout(this.#onSilence, ms);
+      this.#timer.unref();
+      this.#timerMs = ms;
+    } else this.#timer.refresh();
+    const body = x.o.body;
+    const inMemory = body === null || Buffer.isBuffer(body);
+    let framing: { head: string; chunked: boolean };
+    try {
+      framing = requestHead(x.o, inMemory ? (body === null ? undefined : body.length) : undefined);
+    } catch (err) {
+      this.current = undefined;
+      x.conn = undefined;
+      this.pools.idle(this);
+      x.fail(err as Error);
+      return;
+    }
+    if (inMemory) {
+      const bytes = body === null ? 0 : body.length;
+      const out = Buffer.allocUnsafe(framing.head.length + bytes);
+      out.write(framing.head, 0, "latin1");
+      if (body !== null) body.copy(out, framing.head.length);
+      this.socket.write(out);
+      x.written = true;
+      return;
+    }
+    this.socket.write(framing.head, "latin1");
+    const declared = framing.chunked ? undefined : Number(getDeclared(x.o.headers));
+    x.sendBody(body as Readable, framing.chunked, Number.isSafeInteger(declared) ? declared : undefined);
+  }
+
+  #onSilence = (): void => {
+    const x = this.current;
+    if (x === undefined || x.settled) return;
+    const code = x.head ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
+    this.kill();
+    x.fail(new UpstreamStreamError(`the upstream was silent too long (${code})`, code));
+  };
+
+  /**
+   * Reads what the socket holds, as undici does: all of it at once, so a fast download goes on
+   * in a few large chunks rather than many of one TLS record each. A paused request leaves it
+   * in the socket, which stops reading from the connection once its buffer is full.
+   */
+  read = (): void => {
+    if (this.#executing) return;
+    while (!this.dead) {
+      const x = this.current;
+      if (x?.paused) return;
+      const chunk = this.socket.read() as Buffer | null;
+      if (chunk === null) return;
+      if (x === undefined) {
+        // Bytes on an idle connection: nothing asked for them.
+        this.kill();
+        return;
+      }
+      this.#timer?.refresh();
+      let r: number | Error;
+      this.#executing = true;
+      try {
+        r = this.parser.execute(chunk);
+      } catch (err) {
+        // A handler that threw (undici fails the request the same way).
+        this.#executing = false;
+        const failed = this.current;
+        this.kill();
+        failed?.fail(err as Error);
+        return;
+      }
+      this.#executing = false;
+      if (r instanceof Error) {
+        this.kill();
+        const code = (r as { code?: string }).code ?? "HPE_INVALID";
+        this.current?.fail(
+          Object.assign(new Error(`the upstream's answer is not valid HTTP/1.1 (${code})`), {
+            code: "UND_ERR_SOCKET",
+          }),
+        );
+        return;
+      }
+    }
+  };
+
+  #onHead = (
+    _major: number,
+    _minor: number,
+    lines: string[] | undefined,
+    _method: unknown,
+    _url: unknown,
+    status: number,
+    message: string,
+    upgrade: boolean,
+    keepAlive: boolean,
+  ): number => {
+    const x = this.current;
+    if (lines === undefined) {
+      lines = this.#partial;
+      this.#partial = [];
+    }
+    if (x === undefined || x.settled) {
+      // An answer nothing asked for.
+      this.kill();
+      return 1;
+    }
+    if (status < 200) {
+      if (status === 101 || upgrade) {
+        this.kill();
+        x.fail(
+          Object.assign(new Error("the upstream switched protocols unasked"), { code: "UND_ERR_SOCKET" }),
+        );
+        return 1;
+      }
+      this.informational = true;
+      return 0;
+    }
+    this.informational = false;
+    this.keepAlive = keepAlive;
+    const headers = headerObject(lines);
+    const hint = headers["keep-alive"];
+    if (typeof hint === "string") {
+      const s = KEEP_ALIVE_TIMEOUT.exec(hint);
+      if (s !== null) this.idleMs = Math.min(Number(s[1]) * 1000 - 1000, MAX_IDLE_MS);
+    }
+    x.head = true;
+    if (this.#timerMs !== x.o.bodyTimeout) {
+      clearTimeout(this.#timer);
+      this.#timer = setTimeout(this.#onSilence, x.o.bodyTimeout);
+      this.#timer.unref();
+      this.#timerMs = x.o.bodyTimeout;
+    }
+    x.handler.onResponseStart?.(x as unknown as Dispatcher.DispatchController, status, headers, message);
+    return x.o.method === "HEAD" ? 1 : 0;
+  };
+
+  #onBody = (chunk: Buffer): void => {
+    const x = this.current;
+    if (x === undefined || x.settled) return;
+    x.handler.onResponseData?.(x as unknown as Dispatcher.DispatchController, chunk);
+  };
+
+  #onEnd = (): void => {
+    if (this.informational) {
+      this.informational = false;
+      return;
+    }
+    const x = this.current;
+    if (x === undefined || x.settled) return;
+    const trailers = this.#trailers === undefined ? {} : headerObject(this.#trailers);
+    this.#trailers = undefined;
+    x.settled = true;
+    this.answered = true;
+    if (!x.written) {
+      // The upstream answered before it had the whole request: this connection cannot carry
+      // another one.
+      x.stopBody();
+      this.current = undefined;
+      x.conn = undefined;
+      this.kill();
+    } else this.maybeRelease(x);
+    x.handler.onResponseEnd?.(x as unknown as Dispatcher.DispatchController, trailers);
+  };
+
+  /** Back to the idle list once the answer has ended and the request was written whole. */
+  maybeRelease(x: Exchange1): void {
+    if (this.current !== x || !this.answered || !x.written) return;
+    this.current = undefined;
+    x.conn = undefined;
+    if (!this.keepAlive || this.idleMs <= 0 || this.dead) {
+      this.kill();
+      return;
+    }
+    this.pools.idle(this);
+    // Bytes that came while the request was paused (an upstream's unasked-for extra) are
+    // looked at now rather than left unread.
+    if (x.paused && !this.#executing) this.read();
+  }
+
+  #onSocketEnd = (): void => {
+    if (this.dead) return;
+    // An answer without a length ends with the connection.
+    const r = this.current === undefined ? undefined : this.parser.finish();
+    const x = this.current;
+    this.kill();
+    if (x !== undefined && !x.settled) {
+      const why =
+        r instanceof Error
+          ? "the upstream closed the connection in the middle of its answer"
+          : "the upstream closed the connection";
+      x.fail(Object.assign(new Error(why), { code: "UND_ERR_SOCKET" }));
+    }
+  };
+
+  #onError = (err: Error): void => {
+    const x = this.current;
+    this.kill();
+    x?.fail(err);
+  };
+
+  #onClose = (): void => {
+    this.dead = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.pools.forget(this);
+    const x = this.current;
+    this.current = undefined;
+    if (x !== undefined && !x.settled)
+      x.fail(Object.assign(new Error("the upstream closed the connection"), { code: "UND_ERR_SOCKET" }));
+    this.socket.off("readable", this.read);
+    this.socket.off("end", this.#onSocketEnd);
+    // A parser is freed only here: never while it is inside execute (a data event).
+    this.parser.close();
+  };
+
+  kill(): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.pools.forget(this);
+    this.socket.destroy();
+  }
+}
+
+function getDeclared(list: readonly string[]): string | undefined {
+  for (let i = 0; i < list.length; i += 2) if (list[i] === "content-length") return list[i + 1];
+  return undefined;
+}
+
+/** The HTTP/1.1 connections of every origin: idle ones by origin, most recent last. */
+export class H1Pools {
+  readonly #idle = new Map<string, Conn[]>();
+  readonly #all = new Set<Conn>();
+  #sweep: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(private readonly connect: Connector) {}
+
+  dispatch(o: H2DispatchOptions, handler: Dispatcher.DispatchHandler): void {
+    const x = new Exchange1(o, handler);
+    handler.onRequestStart?.(x as unknown as Dispatcher.DispatchController, {});
+    if (x.aborted) return;
+    if (this.#closed) {
+      x.fail(Object.assign(new Error("the broker is shutting down"), { code: "UND_ERR_CLOSED" }));
+      return;
+    }
+    const list = this.#idle.get(o.origin);
+    if (list !== undefined) {
+      const now = performance.now();
+      for (let conn = list.pop(); conn !== undefined; conn = list.pop()) {
+        if (conn.dead || conn.socket.destroyed || now - conn.idleSince > conn.idleMs) {
+          conn.kill();
+          continue;
+        }
+        conn.start(x);
+        return;
+      }
+    }
+    const url = new URL(o.origin);
+    this.connect(
+      {
+        hostname: url.hostname,
+        host: url.host,
+        protocol: url.protocol,
+        port: url.port,
+        servername: undefined,
+      } as unknown as ConnectOptions,
+      (err, socket) => {
+        if (err !== null || socket === null) {
+          x.fail(err ?? new Error(`could not connect to ${o.origin}`));
+          return;
+        }
+        const conn = new Conn(this, o.origin, socket as Socket);
+        this.#all.add(conn);
+        if (x.aborted || this.#closed) {
+          conn.kill();
+          return;
+        }
+        conn.start(x);
+      },
+    );
+  }
+
+  /** A connection free for the next request of its origin. */
+  idle(conn: Conn): void {
+    if (this.#closed) {
+      conn.kill();
+      return;
+    }
+    conn.idleSince = performance.now();
+    const list = this.#idle.get(conn.origin);
+    if (list === undefined) this.#idle.set(conn.origin, [conn]);
+    else list.push(conn);
+    if (this.#sweep === undefined) {
+      this.#sweep = setInterval(this.#expire, SWEEP_MS);
+      this.#sweep.unref();
+    }
+  }
+
+  forget(conn: Conn): void {
+    this.#all.delete(conn);
+    const list = this.#idle.get(conn.origin);
+    if (list === undefined) return;
+    const i = list.indexOf(conn);
+    if (i >= 0) list.splice(i, 1);
+    if (list.length === 0) this.#idle.delete(conn.origin);
+  }
+
+  #expire = (): void => {
+    const now = performance.now();
+    for (const list of [...this.#idle.values()]) {
+      for (const conn of [...list]) if (now - conn.idleSince > conn.idleMs) conn.kill();
+    }
+    if (this.#idle.size === 0 && this.#sweep !== undefined) {
+      clearInterval(this.#sweep);
+      this.#sweep = undefined;
+    }
+  };
+
+  /** Closes idle connections now and the busy ones as their answers end. */
+  close(): void {
+    this.#closed = true;
+    for (const list of [...this.#idle.values()]) for (const conn of [...list]) conn.kill();
+    if (this.#sweep !== undefined) clearInterval(this.#sweep);
+    this.#sweep = undefined;
+  }
+
+  destroy(): void {
+    this.close();
+    for (const conn of [...this.#all]) conn.kill();
+  }
+}

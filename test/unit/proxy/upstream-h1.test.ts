@@ -1,0 +1,350 @@
+// The request path's HTTP/1.1 upstream client (proxy/upstream-h1.ts, decision 188) against a
+// server on 127.0.0.1 that writes its answers byte by byte as each test says, and records what
+// it was sent and on which connection.
+import net from "node:net";
+import { PassThrough } from "node:stream";
+import type { Dispatcher } from "undici";
+import { afterEach, describe, expect, it } from "vitest";
+import type { HeaderList } from "../../../proxy/headers.js";
+import { H1Pools } from "../../../proxy/upstream-h1.js";
+
+interface Seen {
+  conn: number;
+  head: string;
+  body: Buffer;
+}
+
+/** A server whose `answer` is called with each request once its head and body have come. */
+async function rawServer(answer: (socket: net.Socket, req: Seen) => void) {
+  const seen: Seen[] = [];
+  const sockets: net.Socket[] = [];
+  const closed: number[] = [];
+  let conns = 0;
+  const server = net.createServer((socket) => {
+    const conn = conns++;
+    sockets.push(socket);
+    socket.on("close", () => closed.push(conn));
+    socket.on("error", () => {});
+    let buf = Buffer.alloc(0);
+    socket.on("data", (d) => {
+      buf = Buffer.concat([buf, d]);
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString("latin1");
+        let rest = buf.subarray(end + 4);
+        let body: Buffer;
+        const length = /content-length: (\d+)/i.exec(head);
+        if (/transfer-encoding: chunked/i.test(head)) {
+          const parts: Buffer[] = [];
+          let at = 0;
+          for (;;) {
+            const eol = rest.indexOf("\r\n", at);
+            if (eol < 0) return;
+            const size = Number.parseInt(rest.subarray(at, eol).toString(), 16);
+            if (rest.length < eol + 2 + size + 2) return;
+            if (size === 0) {
+              at = eol + 4;
+              break;
+            }
+            parts.push(rest.subarray(eol + 2, eol + 2 + size));
+            at = eol + 2 + size + 2;
+          }
+          body = Buffer.concat(parts);
+          rest = rest.subarray(at);
+        } else {
+          const n = length === null ? 0 : Number(length[1]);
+          if (rest.length < n) return;
+          body = rest.subarray(0, n);
+          rest = rest.subarray(n);
+        }
+        buf = rest;
+        const req = { conn, head, body };
+        seen.push(req);
+        answer(socket, req);
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as net.AddressInfo).port;
+  const pools = new H1Pools((_opts, callback) => {
+    const s = net.connect(port, "127.0.0.1");
+    s.once("connect", () => callback(null, s));
+    s.once("error", (err) => callback(err, null));
+  });
+  cleanups.push(() => {
+    pools.destroy();
+    for (const s of sockets) s.destroy();
+    server.close();
+  });
+  return { seen, closed, sockets, pools, origin: `http://127.0.0.1:${port}` };
+}
+
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups.splice(0)) c();
+});
+
+interface Outcome {
+  status?: number;
+  headers?: Record<string, string | string[]>;
+  body: string;
+  trailers?: Record<string, string | string[]>;
+  error?: Error & { code?: string };
+  events: string[];
+}
+
+function send(
+  pools: H1Pools,
+  origin: string,
+  o: {
+    method?: string;
+    path?: string;
+    headers?: HeaderList;
+    body?: Buffer | PassThrough | null;
+    timeout?: number;
+  },
+  hooks: {
+    onData?: (c: Dispatcher.DispatchController, chunk: Buffer) => void;
+    onStart?: (c: Dispatcher.DispatchController) => void;
+  } = {},
+): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const out: Outcome = { body: "", events: [] };
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart: (c) => hooks.onStart?.(c),
+      onResponseStart: (_c, status, headers) => {
+        out.status = status;
+        out.headers = headers as Record<string, string | string[]>;
+        out.events.push(`head ${status}`);
+      },
+      onResponseData: (c, chunk) => {
+        out.body += chunk.toString();
+        out.events.push(`data ${chunk.length}`);
+        hooks.onData?.(c, chunk);
+      },
+      onResponseEnd: (_c, trailers) => {
+        out.trailers = trailers as Record<string, string | string[]>;
+        out.events.push("end");
+        resolve(out);
+      },
+      onResponseError: (_c, err) => {
+        out.error = err;
+        out.events.push(`error ${(err as { code?: string }).code ?? err.message}`);
+        resolve(out);
+      },
+    };
+    pools.dispatch(
+      {
+        origin,
+        path: o.path ?? "/v1/chat",
+        method: o.method ?? "POST",
+        headers: o.headers ?? ["host", "api.example.test", "content-type", "application/json"],
+        body: o.body === undefined ? Buffer.from('{"a":1}') : o.body,
+        headersTimeout: o.timeout ?? 10_000,
+        bodyTimeout: o.timeout ?? 10_000,
+      },
+      handler,
+    );
+  });
+}
+
+const OK = (body: string, extra = "") =>
+  `HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: ${body.length}\r\n${extra}\r\n${body}`;
+
+describe("H1Pools", () => {
+  it("writes head and body in one piece, its own content-length, and reuses the connection", async () => {
+    const s = await rawServer((socket) =>
+      socket.write(OK("hello", "set-cookie: a=1\r\nset-cookie: b=2\r\n")),
+    );
+    const headers = ["host", "api.example.test", "content-length", "999", "x-one", "1"];
+    const first = await send(s.pools, s.origin, { headers });
+    const second = await send(s.pools, s.origin, { headers });
+    expect(first.events).toEqual(["head 200", "data 5", "end"]);
+    expect(first.headers!["set-cookie"]).toEqual(["a=1", "b=2"]);
+    expect(second.body).toBe("hello");
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 0]);
+    expect(s.seen[0]!.head).toBe(
+      "POST /v1/chat HTTP/1.1\r\nhost: api.example.test\r\nx-one: 1\r\ncontent-length: 7",
+    );
+    expect(s.seen[0]!.body.toString()).toBe('{"a":1}');
+  });
+
+  it("drops a connection by the upstream's Keep-Alive hint, and one the upstream closed", async () => {
+    const s = await rawServer((socket, req) => {
+      if (req.conn === 0) socket.write(OK("one", "keep-alive: timeout=1\r\n"));
+      else {
+        socket.write(OK("two"));
+        socket.end();
+      }
+    });
+    expect((await send(s.pools, s.origin, {})).body).toBe("one");
+    expect((await send(s.pools, s.origin, {})).body).toBe("two");
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await send(s.pools, s.origin, {})).body).toBe("two");
+    // timeout=1 leaves no time to reuse: the first connection was closed after its answer.
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 1, 2]);
+    expect(s.closed).toContain(0);
+  });
+
+  it("streams a body without a length chunked, and one with a length as it is", async () => {
+    const s = await rawServer((socket) => socket.write(OK("ok")));
+    const chunked = new PassThrough();
+    const pending = send(s.pools, s.origin, { body: chunked });
+    chunked.write("part one, ");
+    setTimeout(() => chunked.end("part two"), 20);
+    expect((await pending).body).toBe("ok");
+    expect(s.seen[0]!.head).toContain("transfer-encoding: chunked");
+    expect(s.seen[0]!.body.toString()).toBe("part one, part two");
+
+    const sized = new PassThrough();
+    const second = send(s.pools, s.origin, {
+      body: sized,
+      headers: ["host", "h", "content-length", "6"],
+    });
+    sized.end("abcdef");
+    expect((await second).body).toBe("ok");
+    expect(s.seen[1]!.head).toContain("content-length: 6");
+    expect(s.seen[1]!.body.toString()).toBe("abcdef");
+    expect(s.seen[1]!.conn).toBe(0);
+  });
+
+  it("refuses a streamed body longer than its content-length, and closes that connection", async () => {
+    const s = await rawServer((socket) => socket.write(OK("ok")));
+    const body = new PassThrough();
+    const pending = send(s.pools, s.origin, { body, headers: ["host", "h", "content-length", "3"] });
+    body.end("abcdef");
+    const out = await pending;
+    expect(out.error?.code).toBe("UND_ERR_REQ_CONTENT_LENGTH_MISMATCH");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.closed).toContain(0);
+  });
+
+  it("skips 1xx heads, reads no body after HEAD, and hands trailers over at the end", async () => {
+    const s = await rawServer((socket, req) => {
+      if (req.head.startsWith("HEAD"))
+        socket.write(OK("").replace("content-length: 0", "content-length: 50"));
+      else
+        socket.write(
+          "HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n" +
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: grpc-status\r\n\r\n" +
+            "3\r\nabc\r\n0\r\ngrpc-status: 0\r\n\r\n",
+        );
+    });
+    const head = await send(s.pools, s.origin, { method: "HEAD", body: null });
+    expect(head.events).toEqual(["head 200", "end"]);
+    const out = await send(s.pools, s.origin, { method: "GET", body: null });
+    expect(out.events).toEqual(["head 200", "data 3", "end"]);
+    expect(out.trailers).toEqual({ "grpc-status": "0" });
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 0]);
+  });
+
+  it("ends an answer without a length at the connection's end, and fails one cut short", async () => {
+    const s = await rawServer((socket, req) => {
+      if (req.head.includes("/close-delimited"))
+        socket.end("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it");
+      else socket.end("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nten bytes.");
+    });
+    const whole = await send(s.pools, s.origin, { path: "/close-delimited" });
+    expect(whole.events.at(-1)).toBe("end");
+    expect(whole.body).toBe("all of it");
+    const cut = await send(s.pools, s.origin, {});
+    expect(cut.body).toBe("ten bytes.");
+    expect(cut.error?.code).toBe("UND_ERR_SOCKET");
+  });
+
+  it("fails a request whose upstream is silent past its timeout", async () => {
+    const s = await rawServer(() => {});
+    const out = await send(s.pools, s.origin, { timeout: 100 });
+    expect(out.error?.code).toBe("UND_ERR_HEADERS_TIMEOUT");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.closed).toEqual([0]);
+  });
+
+  it("refuses a header that would split the request, and writes nothing of it", async () => {
+    const s = await rawServer((socket) => socket.write(OK("ok")));
+    const bad = await send(s.pools, s.origin, { headers: ["host", "h", "x-key", "abc\r\nx-evil: 1"] });
+    expect(bad.error?.code).toBe("UND_ERR_INVALID_ARG");
+    const good = await send(s.pools, s.origin, {});
+    expect(good.body).toBe("ok");
+    expect(s.seen.map((r) => r.head).join("\n")).not.toContain("x-evil");
+  });
+
+  it("fails on an answer that is not HTTP, and closes that connection", async () => {
+    const s = await rawServer((socket) => socket.write("SSH-2.0-OpenSSH_9.6\r\n\r\n"));
+    const out = await send(s.pools, s.origin, {});
+    expect(out.error?.code).toBe("UND_ERR_SOCKET");
+    expect(out.error?.message).toMatch(/not valid HTTP\/1\.1/);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.closed).toEqual([0]);
+  });
+
+  it("an answer before the whole body was sent ends the request, and the connection is not reused", async () => {
+    let early: net.Socket | undefined;
+    const server = await rawServer((socket) => socket.write(OK("next")));
+    const heads = net.createServer((socket) => {
+      early = socket;
+      socket.once("data", () => socket.write("HTTP/1.1 413 Too Large\r\ncontent-length: 4\r\n\r\nbig!"));
+    });
+    await new Promise<void>((r) => heads.listen(0, "127.0.0.1", r));
+    cleanups.push(() => {
+      early?.destroy();
+      heads.close();
+    });
+    const port = (heads.address() as net.AddressInfo).port;
+    let opened = 0;
+    const pools = new H1Pools((_o, cb) => {
+      opened++;
+      const sock = net.connect(port, "127.0.0.1");
+      sock.once("connect", () => cb(null, sock));
+    });
+    cleanups.push(() => pools.destroy());
+    const body = new PassThrough();
+    const pending = send(pools, server.origin, { body, headers: ["host", "h", "content-length", "100000"] });
+    body.write(Buffer.alloc(1000));
+    const out = await pending;
+    expect(out.status).toBe(413);
+    expect(out.events.at(-1)).toBe("end");
+    // What the client still sends is read and dropped: its stream is not left paused.
+    expect(body.readableFlowing).toBe(true);
+    void send(pools, server.origin, { method: "GET", body: null });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(opened).toBe(2);
+  });
+
+  it("pause stops the socket's reading until resume; abort closes the connection", async () => {
+    let answer: net.Socket | undefined;
+    const s = await rawServer((socket) => {
+      answer = socket;
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc");
+    });
+    let controller: Dispatcher.DispatchController | undefined;
+    let chunks = 0;
+    const pending = send(
+      s.pools,
+      s.origin,
+      {},
+      {
+        onData: (c) => {
+          chunks++;
+          controller = c;
+          c.pause();
+        },
+      },
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    answer!.write("def");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(chunks).toBe(1);
+    controller!.resume();
+    expect((await pending).body).toBe("abcdef");
+
+    let aborting: Dispatcher.DispatchController | undefined;
+    const aborted = send(s.pools, s.origin, {}, { onStart: (c) => (aborting = c) });
+    await new Promise((r) => setTimeout(r, 20));
+    aborting!.abort(new Error("client closed the connection"));
+    expect((await aborted).error?.message).toBe("client closed the connection");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.closed).toContain(0);
+  });
+});
