@@ -33,15 +33,34 @@ interface Parser {
 }
 interface ParserClass {
   new (): Parser;
+  readonly prototype: Parser;
   readonly RESPONSE: number;
   readonly kOnHeaders: number;
   readonly kOnHeadersComplete: number;
   readonly kOnBody: number;
   readonly kOnMessageComplete: number;
-  readonly kOnExecute: number;
   readonly kLenientNone: number;
 }
-const { HTTPParser } = createRequire(import.meta.url)("_http_common") as { HTTPParser: ParserClass };
+/**
+ * node's parser, when it is there in the shape this client was written for: undocumented, it
+ * could change in a node release, and the router then keeps undici for HTTP/1.1.
+ */
+const HTTPParser: ParserClass | undefined = (() => {
+  try {
+    const P = (createRequire(import.meta.url)("_http_common") as { HTTPParser?: ParserClass }).HTTPParser;
+    if (typeof P !== "function") return undefined;
+    const slots = [P.kOnHeaders, P.kOnHeadersComplete, P.kOnBody, P.kOnMessageComplete, P.RESPONSE];
+    if (!slots.every((n) => typeof n === "number") || typeof P.kLenientNone !== "number") return undefined;
+    if (typeof P.prototype.initialize !== "function" || typeof P.prototype.execute !== "function")
+      return undefined;
+    return P;
+  } catch {
+    return undefined;
+  }
+})();
+
+/** Whether this node has the parser the client needs. */
+export const H1_PARSER_AVAILABLE = HTTPParser !== undefined;
 
 /** Idle time when the upstream does not say (`Keep-Alive: timeout=N`). */
 const IDLE_MS = 30_000;
@@ -243,15 +262,16 @@ class Conn {
     readonly origin: string,
     readonly socket: Socket,
   ) {
-    const parser = new HTTPParser();
-    parser.initialize(HTTPParser.RESPONSE, {}, 0, HTTPParser.kLenientNone);
-    parser[HTTPParser.kOnHeaders] = (lines: string[]) => {
+    const P = HTTPParser!;
+    const parser = new P();
+    parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
+    parser[P.kOnHeaders] = (lines: string[]) => {
       if (this.current?.head) this.#trailers = (this.#trailers ?? []).concat(lines);
       else this.#partial = this.#partial.concat(lines);
     };
-    parser[HTTPParser.kOnHeadersComplete] = this.#onHead;
-    parser[HTTPParser.kOnBody] = this.#onBody;
-    parser[HTTPParser.kOnMessageComplete] = this.#onEnd;
+    parser[P.kOnHeadersComplete] = this.#onHead;
+    parser[P.kOnBody] = this.#onBody;
+    parser[P.kOnMessageComplete] = this.#onEnd;
     this.parser = parser;
     socket.on("readable", this.read);
     socket.on("end", this.#onSocketEnd);

@@ -15,7 +15,7 @@ import {
   handoffConnector,
   type UpstreamOptions,
 } from "./upstream.js";
-import { H1Pools } from "./upstream-h1.js";
+import { H1_PARSER_AVAILABLE, H1Pools } from "./upstream-h1.js";
 import { type H2DispatchOptions, H2Sessions } from "./upstream-h2.js";
 
 export type OriginProtocol = "h2" | "http/1.1";
@@ -72,7 +72,10 @@ export class UpstreamRouter implements UpstreamDispatch {
   /** Probed HTTP/1.1 connections waiting for the Agent, by `hostname:port`. */
   readonly #handoff = new Map<string, Socket>();
   readonly #h2 = new H2Sessions();
-  /** The request path's HTTP/1.1 (decision 188); undefined with KEYBROKER_UPSTREAM_H1=undici. */
+  /**
+   * The request path's HTTP/1.1 (decision 188); undefined, and undici's Agent instead, with
+   * KEYBROKER_UPSTREAM_H1=undici or on a node without the parser it needs.
+   */
   readonly #h1: H1Pools | undefined;
 
   constructor(opts: UpstreamOptions) {
@@ -80,7 +83,9 @@ export class UpstreamRouter implements UpstreamDispatch {
     this.agent = createUpstreamAgent(opts, take);
     this.#connect = createUpstreamConnector(opts, true);
     this.#h1 =
-      process.env.KEYBROKER_UPSTREAM_H1 === "undici" ? undefined : new H1Pools(handoffConnector(opts, take));
+      process.env.KEYBROKER_UPSTREAM_H1 === "undici" || !H1_PARSER_AVAILABLE
+        ? undefined
+        : new H1Pools(handoffConnector(opts, take));
   }
 
   /** What `origin` (`https://host[:port]`) speaks, when it is known. */

@@ -6,7 +6,7 @@ import { PassThrough } from "node:stream";
 import type { Dispatcher } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { HeaderList } from "../../../proxy/headers.js";
-import { H1Pools } from "../../../proxy/upstream-h1.js";
+import { H1_PARSER_AVAILABLE, H1Pools } from "../../../proxy/upstream-h1.js";
 
 interface Seen {
   conn: number;
@@ -153,6 +153,10 @@ const OK = (body: string, extra = "") =>
   `HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: ${body.length}\r\n${extra}\r\n${body}`;
 
 describe("H1Pools", () => {
+  it("finds node's llhttp binding in the shape it was written for (else the router keeps undici)", () => {
+    expect(H1_PARSER_AVAILABLE).toBe(true);
+  });
+
   it("writes head and body in one piece, its own content-length, and reuses the connection", async () => {
     const s = await rawServer((socket) =>
       socket.write(OK("hello", "set-cookie: a=1\r\nset-cookie: b=2\r\n")),
