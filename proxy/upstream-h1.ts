@@ -254,8 +254,10 @@ class Conn {
   #partial: string[] = [];
   #timer: NodeJS.Timeout | undefined;
   #timerMs = 0;
-  /** Inside the parser: a resume there must not read (the loop in `read` goes on by itself). */
-  #executing = false;
+  /** Body bytes of the answer under way that `read` passes through without the parser. */
+  #rawLeft = 0;
+  /** `read` is under way (see there). */
+  #reading = false;
 
   constructor(
     readonly pools: H1Pools,
@@ -335,43 +337,83 @@ class Conn {
    * in the socket, which stops reading from the connection once its buffer is full.
    */
   read = (): void => {
-    if (this.#executing) return;
-    while (!this.dead) {
-      const x = this.current;
-      if (x?.paused) return;
-      const chunk = this.socket.read() as Buffer | null;
-      if (chunk === null) return;
-      if (x === undefined) {
-        // Bytes on an idle connection: nothing asked for them.
-        this.kill();
-        return;
+    // A resume from inside a handler (while this loop is under way) only clears `paused`: the
+    // loop goes on by itself, and bytes keep their order.
+    if (this.#reading) return;
+    this.#reading = true;
+    try {
+      while (!this.dead) {
+        const x = this.current;
+        if (x?.paused) return;
+        const chunk = this.socket.read() as Buffer | null;
+        if (chunk === null) return;
+        if (x === undefined) {
+          // Bytes on an idle connection: nothing asked for them.
+          this.kill();
+          return;
+        }
+        this.#timer?.refresh();
+        let at = 0;
+        while (at < chunk.length && !this.dead) {
+          if (this.#rawLeft > 0) {
+            at = this.#passBody(chunk, at);
+            continue;
+          }
+          const r = this.#parse(at === 0 ? chunk : chunk.subarray(at));
+          // A head whose body is passed through ends the parse there (see #onHead).
+          if (r === undefined || this.#rawLeft === 0) break;
+          at += r;
+        }
       }
-      this.#timer?.refresh();
-      let r: number | Error;
-      this.#executing = true;
-      try {
-        r = this.parser.execute(chunk);
-      } catch (err) {
-        // A handler that threw (undici fails the request the same way).
-        this.#executing = false;
-        const failed = this.current;
-        this.kill();
-        failed?.fail(err as Error);
-        return;
-      }
-      this.#executing = false;
-      if (r instanceof Error) {
-        this.kill();
-        const code = (r as { code?: string }).code ?? "HPE_INVALID";
-        this.current?.fail(
-          Object.assign(new Error(`the upstream's answer is not valid HTTP/1.1 (${code})`), {
-            code: "UND_ERR_SOCKET",
-          }),
-        );
-        return;
-      }
+    } finally {
+      this.#reading = false;
     }
   };
+
+  /**
+   * Hands over body bytes of an answer with a content-length as they are, views of what the
+   * socket read: node's parser would copy each piece into a new buffer. What a paused request
+   * does not take yet goes back to the socket. Returns where in `chunk` it stopped.
+   */
+  #passBody(chunk: Buffer, at: number): number {
+    const x = this.current!;
+    const take = Math.min(this.#rawLeft, chunk.length - at);
+    const piece = at === 0 && take === chunk.length ? chunk : chunk.subarray(at, at + take);
+    this.#rawLeft -= take;
+    if (!x.settled) x.handler.onResponseData?.(x as unknown as Dispatcher.DispatchController, piece);
+    if (this.#rawLeft === 0) this.#finish(x, undefined);
+    const next = at + take;
+    if (next < chunk.length && this.current?.paused) {
+      this.socket.unshift(chunk.subarray(next));
+      return chunk.length;
+    }
+    return next;
+  }
+
+  /** Runs the parser over `bytes`: how many it took, or undefined when the connection failed. */
+  #parse(bytes: Buffer): number | undefined {
+    let r: number | Error;
+    try {
+      r = this.parser.execute(bytes);
+    } catch (err) {
+      // A handler that threw (undici fails the request the same way).
+      const failed = this.current;
+      this.kill();
+      failed?.fail(err as Error);
+      return undefined;
+    }
+    if (r instanceof Error) {
+      this.kill();
+      const code = (r as { code?: string }).code ?? "HPE_INVALID";
+      this.current?.fail(
+        Object.assign(new Error(`the upstream's answer is not valid HTTP/1.1 (${code})`), {
+          code: "UND_ERR_SOCKET",
+        }),
+      );
+      return undefined;
+    }
+    return r;
+  }
 
   #onHead = (
     _major: number,
@@ -421,7 +463,22 @@ class Conn {
       this.#timerMs = x.o.bodyTimeout;
     }
     x.handler.onResponseStart?.(x as unknown as Dispatcher.DispatchController, status, headers, message);
-    return x.o.method === "HEAD" ? 1 : 0;
+    if (x.o.method === "HEAD") return 1;
+    // A body of known length is passed through by `read` (#passBody), not by the parser: 2
+    // makes llhttp end the message at its head and stop there, as for an upgrade, and node's
+    // execute then says how many bytes the head took.
+    const length = headers["content-length"];
+    if (
+      status === 204 ||
+      status === 304 ||
+      typeof length !== "string" ||
+      headers["transfer-encoding"] !== undefined
+    )
+      return 0;
+    const n = Number(length);
+    if (!(n > 0) || !Number.isSafeInteger(n) || this.current !== x || x.settled) return 0;
+    this.#rawLeft = n;
+    return 2;
   };
 
   #onBody = (chunk: Buffer): void => {
@@ -435,10 +492,18 @@ class Conn {
       this.informational = false;
       return;
     }
+    // The head of an answer whose body `read` passes through: it ends with its last byte.
+    if (this.#rawLeft > 0) return;
     const x = this.current;
     if (x === undefined || x.settled) return;
     const trailers = this.#trailers === undefined ? {} : headerObject(this.#trailers);
     this.#trailers = undefined;
+    this.#finish(x, trailers);
+  };
+
+  /** The answer has ended: the connection goes back (or is closed), then the handler hears. */
+  #finish(x: Exchange1, trailers: IncomingHeaders | undefined): void {
+    if (x.settled) return;
     x.settled = true;
     this.answered = true;
     if (!x.written) {
@@ -449,8 +514,8 @@ class Conn {
       x.conn = undefined;
       this.kill();
     } else this.maybeRelease(x);
-    x.handler.onResponseEnd?.(x as unknown as Dispatcher.DispatchController, trailers);
-  };
+    x.handler.onResponseEnd?.(x as unknown as Dispatcher.DispatchController, trailers ?? {});
+  }
 
   /** Back to the idle list once the answer has ended and the request was written whole. */
   maybeRelease(x: Exchange1): void {
@@ -464,13 +529,14 @@ class Conn {
     this.pools.idle(this);
     // Bytes that came while the request was paused (an upstream's unasked-for extra) are
     // looked at now rather than left unread.
-    if (x.paused && !this.#executing) this.read();
+    if (x.paused && !this.#reading) this.read();
   }
 
   #onSocketEnd = (): void => {
     if (this.dead) return;
     // An answer without a length ends with the connection.
-    const r = this.current === undefined ? undefined : this.parser.finish();
+    const r =
+      this.current === undefined ? undefined : this.#rawLeft > 0 ? new Error("cut") : this.parser.finish();
     const x = this.current;
     this.kill();
     if (x !== undefined && !x.settled) {

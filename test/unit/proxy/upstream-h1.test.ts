@@ -257,6 +257,25 @@ describe("H1Pools", () => {
     expect(cut.error?.code).toBe("UND_ERR_SOCKET");
   });
 
+  it("passes a body of known length through in the pieces it came in, and no byte past it", async () => {
+    const s = await rawServer((socket, req) => {
+      if (req.conn > 0) {
+        socket.write(OK("fresh"));
+        return;
+      }
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nfirst");
+      setTimeout(() => socket.write("-half" + "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"), 30);
+    });
+    const out = await send(s.pools, s.origin, {});
+    expect(out.events).toEqual(["head 200", "data 5", "data 5", "end"]);
+    expect(out.body).toBe("first-half");
+    // The answer nothing asked for closed that connection; the next request has its own.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.closed).toContain(0);
+    expect((await send(s.pools, s.origin, {})).body).toBe("fresh");
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 1]);
+  });
+
   it("fails a request whose upstream is silent past its timeout", async () => {
     const s = await rawServer(() => {});
     const out = await send(s.pools, s.origin, { timeout: 100 });
