@@ -174,6 +174,20 @@ describe("H1Pools", () => {
     expect(s.seen[0]!.body.toString()).toBe('{"a":1}');
   });
 
+  it("uses the oldest idle connection first, not the one released last", async () => {
+    let delayed = false;
+    const s = await rawServer((socket, req) => {
+      if (req.conn === 1 && !delayed) {
+        delayed = true;
+        setTimeout(() => socket.write(OK("late")), 40);
+      } else socket.write(OK("ok"));
+    });
+    await Promise.all([send(s.pools, s.origin, {}), send(s.pools, s.origin, {})]);
+    // Connection 1 answered last; connection 0 has waited longer and is taken.
+    await send(s.pools, s.origin, {});
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 1, 0]);
+  });
+
   it("drops a connection by the upstream's Keep-Alive hint, and one the upstream closed", async () => {
     const s = await rawServer((socket, req) => {
       if (req.conn === 0) socket.write(OK("one", "keep-alive: timeout=1\r\n"));
