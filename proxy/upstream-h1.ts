@@ -1,66 +1,31 @@
-// HTTP/1.1 upstream (decision 188): keep-alive connections per origin, one request at a time on
-// each, answers parsed by node's own llhttp binding (the parser behind node:http), behind the
-// same handler interface undici's dispatch uses, as upstream-h2.ts is. It replaced undici's
-// Agent on the request path because undici's client was the largest share of a request's cost
-// (docs/performance.md); undici still carries WebSocket upgrades and the OAuth and MCP calls.
-//   - the request: one write of head and body when the body is in memory; a streamed body is
-//     written as it comes, framed by its content-length or chunked, and paused while the
-//     connection's buffer is full;
-//   - the answer: head, data with pause/resume (the socket stops reading), trailers at the end;
-//     1xx heads are skipped; an answer to HEAD has no body;
-//   - a connection goes back to its origin's idle list when the answer ended, the request was
-//     written whole and both sides keep it alive; the idle time is the upstream's
-//     `Keep-Alive: timeout` less a second, else 30 s, so the broker drops a connection before
-//     the upstream does;
-//   - silence longer than the request's timeouts (before the head, between chunks) fails it.
-import { createRequire } from "node:module";
+// HTTP/1.1 upstream (decision 188): keep-alive connections per origin, one request at a time
+// on each, behind the handler interface undici's dispatch uses (as upstream-h2.ts is), in place
+// of undici's Agent on the request path, whose client was the largest share of a request's
+// cost. Heads are parsed by node's llhttp binding; the wire details are upstream-h1-wire.ts.
+//   - the request: head and an in-memory body in one write; a streamed body as it comes, by its
+//     content-length or chunked, paused while the connection's buffer is full;
+//   - the answer: head, data with pause/resume, trailers at the end; 1xx skipped, HEAD bodiless;
+//     a body with a content-length passes as views of the socket's reads (#passBody);
+//   - idle connections are kept per origin, the oldest used first, until a second before the
+//     upstream's `Keep-Alive: timeout` (else 30 s); silence past a request's timeouts fails it.
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import type { buildConnector, Dispatcher } from "undici";
+import {
+  getDeclared,
+  H1_PARSER_AVAILABLE,
+  HTTPParser,
+  headerObject,
+  type IncomingHeaders,
+  type Parser,
+  requestHead,
+} from "./upstream-h1-wire.js";
 import { type H2DispatchOptions, UpstreamStreamError } from "./upstream-h2.js";
+
+export { H1_PARSER_AVAILABLE };
 
 type Connector = buildConnector.connector;
 type ConnectOptions = Parameters<Connector>[0];
-type IncomingHeaders = Record<string, string | string[]>;
-
-/** node's llhttp binding, as node:http's client uses it (`_http_common`: the same on Node 20, 22, 24). */
-interface Parser {
-  initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void;
-  execute(chunk: Buffer): number | Error;
-  finish(): number | Error | undefined;
-  close(): void;
-  [slot: number]: unknown;
-}
-interface ParserClass {
-  new (): Parser;
-  readonly prototype: Parser;
-  readonly RESPONSE: number;
-  readonly kOnHeaders: number;
-  readonly kOnHeadersComplete: number;
-  readonly kOnBody: number;
-  readonly kOnMessageComplete: number;
-  readonly kLenientNone: number;
-}
-/**
- * node's parser, when it is there in the shape this client was written for: undocumented, it
- * could change in a node release, and the router then keeps undici for HTTP/1.1.
- */
-const HTTPParser: ParserClass | undefined = (() => {
-  try {
-    const P = (createRequire(import.meta.url)("_http_common") as { HTTPParser?: ParserClass }).HTTPParser;
-    if (typeof P !== "function") return undefined;
-    const slots = [P.kOnHeaders, P.kOnHeadersComplete, P.kOnBody, P.kOnMessageComplete, P.RESPONSE];
-    if (!slots.every((n) => typeof n === "number") || typeof P.kLenientNone !== "number") return undefined;
-    if (typeof P.prototype.initialize !== "function" || typeof P.prototype.execute !== "function")
-      return undefined;
-    return P;
-  } catch {
-    return undefined;
-  }
-})();
-
-/** Whether this node has the parser the client needs. */
-export const H1_PARSER_AVAILABLE = HTTPParser !== undefined;
 
 /** Idle time when the upstream does not say (`Keep-Alive: timeout=N`). */
 const IDLE_MS = 30_000;
@@ -69,64 +34,8 @@ const MAX_IDLE_MS = 600_000;
 /** How often idle connections are looked at for expiry, while there are any. */
 const SWEEP_MS = 1_000;
 
-/** A header value that would end the line early (CR, LF) or is not text (NUL, controls). */
-const BAD_VALUE = /[\0-\x08\x0a-\x1f\x7f]/;
-const BAD_NAME = /[^!#$%&'*+\-.^_`|~0-9A-Za-z]/;
 const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i;
-const EXPECTS_BODY = new Set(["POST", "PUT", "PATCH"]);
 const CRLF = Buffer.from("\r\n", "latin1");
-
-function invalid(message: string): Error {
-  return Object.assign(new Error(message), { code: "UND_ERR_INVALID_ARG" });
-}
-
-/**
- * The request head, framing included: `content-length` is the body's own length when the body
- * is in memory, the client's for a stream that has one, else the stream goes chunked.
- */
-function requestHead(o: H2DispatchOptions, length: number | undefined): { head: string; chunked: boolean } {
-  if (BAD_VALUE.test(o.path) || o.path.includes(" "))
-    throw invalid("the request path has characters HTTP/1.1 cannot carry");
-  let head = `${o.method} ${o.path} HTTP/1.1\r\n`;
-  let host = false;
-  let declared: string | undefined;
-  const list = o.headers;
-  for (let i = 0; i < list.length; i += 2) {
-    const name = list[i]!;
-    const value = list[i + 1]!;
-    if (BAD_NAME.test(name) || BAD_VALUE.test(value))
-      throw invalid(`header ${JSON.stringify(name)} cannot be sent`);
-    if (name === "content-length") {
-      declared ??= value;
-      continue;
-    }
-    if (name === "host") host = true;
-    head += `${name}: ${value}\r\n`;
-  }
-  if (!host) head += `host: ${new URL(o.origin).host}\r\n`;
-  let chunked = false;
-  if (length !== undefined) head += `content-length: ${length}\r\n`;
-  else if (o.body !== null && declared !== undefined) head += `content-length: ${declared}\r\n`;
-  else if (o.body !== null) {
-    head += "transfer-encoding: chunked\r\n";
-    chunked = true;
-  } else if (declared !== undefined || EXPECTS_BODY.has(o.method)) head += "content-length: 0\r\n";
-  return { head: `${head}\r\n`, chunked };
-}
-
-/** Response header lines as undici hands them over: lower-case names, repeats as arrays. */
-function headerObject(lines: readonly string[]): IncomingHeaders {
-  const out: IncomingHeaders = {};
-  for (let i = 0; i < lines.length; i += 2) {
-    const name = lines[i]!.toLowerCase();
-    const value = lines[i + 1]!;
-    const prior = out[name];
-    if (prior === undefined) out[name] = value;
-    else if (Array.isArray(prior)) prior.push(value);
-    else out[name] = [prior, value];
-  }
-  return out;
-}
 
 /** One request on one connection; also the controller its handler is given. */
 class Exchange1 {
@@ -578,11 +487,6 @@ class Conn {
   }
 }
 
-function getDeclared(list: readonly string[]): string | undefined {
-  for (let i = 0; i < list.length; i += 2) if (list[i] === "content-length") return list[i + 1];
-  return undefined;
-}
-
 /** The HTTP/1.1 connections of every origin: idle ones by origin, the oldest last. */
 export class H1Pools {
   readonly #idle = new Map<string, Conn[]>();
@@ -645,10 +549,8 @@ export class H1Pools {
       return;
     }
     conn.idleSince = performance.now();
-    // Kept newest first, so `pop` takes the oldest, as undici's pool does: the same few
-    // connections carry the load and a burst's extra ones idle out. It is also faster: a 100
-    // MiB download after the harness's sequential and throughput steps went at 364-411 MiB/s
-    // on the connection released last, 435-457 on the oldest (which had carried the most).
+    // Newest first, so `pop` takes the oldest, as undici's pool does: the same few carry the
+    // load, a burst's extra ones idle out, and a download went faster (decision 188).
     const list = this.#idle.get(conn.origin);
     if (list === undefined) this.#idle.set(conn.origin, [conn]);
     else {

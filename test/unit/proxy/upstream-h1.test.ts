@@ -302,6 +302,8 @@ describe("H1Pools", () => {
     const s = await rawServer((socket) => socket.write(OK("ok")));
     const bad = await send(s.pools, s.origin, { headers: ["host", "h", "x-key", "abc\r\nx-evil: 1"] });
     expect(bad.error?.code).toBe("UND_ERR_INVALID_ARG");
+    const method = await send(s.pools, s.origin, { method: "GET / HTTP/1.1\r\nx-evil: 1\r\n\r\nPOST" });
+    expect(method.error?.code).toBe("UND_ERR_INVALID_ARG");
     const good = await send(s.pools, s.origin, {});
     expect(good.body).toBe("ok");
     expect(s.seen.map((r) => r.head).join("\n")).not.toContain("x-evil");
