@@ -17,6 +17,7 @@ interface ParserClass {
   new (): Parser;
   readonly prototype: Parser;
   readonly RESPONSE: number;
+  readonly kOnMessageBegin: number;
   readonly kOnHeaders: number;
   readonly kOnHeadersComplete: number;
   readonly kOnBody: number;
@@ -31,7 +32,14 @@ export const HTTPParser: ParserClass | undefined = (() => {
   try {
     const P = (createRequire(import.meta.url)("_http_common") as { HTTPParser?: ParserClass }).HTTPParser;
     if (typeof P !== "function") return undefined;
-    const slots = [P.kOnHeaders, P.kOnHeadersComplete, P.kOnBody, P.kOnMessageComplete, P.RESPONSE];
+    const slots = [
+      P.kOnMessageBegin,
+      P.kOnHeaders,
+      P.kOnHeadersComplete,
+      P.kOnBody,
+      P.kOnMessageComplete,
+      P.RESPONSE,
+    ];
     if (!slots.every((n) => typeof n === "number") || typeof P.kLenientNone !== "number") return undefined;
     if (typeof P.prototype.initialize !== "function" || typeof P.prototype.execute !== "function")
       return undefined;
@@ -44,9 +52,17 @@ export const HTTPParser: ParserClass | undefined = (() => {
 /** Whether this node has the parser the client needs. */
 export const H1_PARSER_AVAILABLE = HTTPParser !== undefined;
 
-/** A header value that would end the line early (CR, LF) or is not text (NUL, controls). */
-const BAD_VALUE = /[\0-\x08\x0a-\x1f\x7f]/;
+/**
+ * What a header value may hold (undici's and node's rule): tab, visible ASCII and latin1 above
+ * 0x7f. Anything else is refused, not only CR and LF: the head is written as latin1, which keeps
+ * the low byte of a character above U+00FF, so U+010D U+010A would go out as CR LF.
+ */
+const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+/** What a request target may hold: no space, no control character, nothing above U+00FF. */
+const BAD_TARGET = /[^\x21-\x7e\x80-\xff]/;
 const BAD_NAME = /[^!#$%&'*+\-.^_`|~0-9A-Za-z]/;
+/** Fields the client's framing and connection are made of: keybroker writes its own. */
+const FRAMING = new Set(["transfer-encoding", "connection", "keep-alive", "upgrade", "expect"]);
 const EXPECTS_BODY = new Set(["POST", "PUT", "PATCH"]);
 
 function invalid(message: string): Error {
@@ -55,14 +71,17 @@ function invalid(message: string): Error {
 
 /**
  * The request head, framing included: `content-length` is the body's own length when the body
- * is in memory, the client's for a stream that has one, else the stream goes chunked.
+ * is in memory, the client's for a stream that has one, else the stream goes chunked. A header
+ * list that would frame the request otherwise (a second `host` or `content-length`, a length
+ * that is not a number, `transfer-encoding` and the other connection fields) is refused, as
+ * undici refused it.
  */
 export function requestHead(
   o: H2DispatchOptions,
   length: number | undefined,
 ): { head: string; chunked: boolean } {
-  if (BAD_NAME.test(o.method)) throw invalid("the request method is not an HTTP token");
-  if (BAD_VALUE.test(o.path) || o.path.includes(" "))
+  if (o.method === "" || BAD_NAME.test(o.method)) throw invalid("the request method is not an HTTP token");
+  if (o.path === "" || BAD_TARGET.test(o.path))
     throw invalid("the request path has characters HTTP/1.1 cannot carry");
   let head = `${o.method} ${o.path} HTTP/1.1\r\n`;
   let host = false;
@@ -71,13 +90,18 @@ export function requestHead(
   for (let i = 0; i < list.length; i += 2) {
     const name = list[i]!;
     const value = list[i + 1]!;
-    if (BAD_NAME.test(name) || BAD_VALUE.test(value))
+    if (name === "" || BAD_NAME.test(name) || BAD_VALUE.test(value))
       throw invalid(`header ${JSON.stringify(name)} cannot be sent`);
     if (name === "content-length") {
-      declared ??= value;
+      if (declared !== undefined || !/^\d{1,15}$/.test(value))
+        throw invalid("content-length is not one number");
+      declared = value;
       continue;
     }
-    if (name === "host") host = true;
+    if (name === "host") {
+      if (host) throw invalid("the request has two host fields");
+      host = true;
+    } else if (FRAMING.has(name)) throw invalid(`header ${JSON.stringify(name)} is the connection's own`);
     head += `${name}: ${value}\r\n`;
   }
   if (!host) head += `host: ${new URL(o.origin).host}\r\n`;

@@ -11,6 +11,7 @@
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import type { buildConnector, Dispatcher } from "undici";
+import { H1Request } from "./upstream-h1-request.js";
 import {
   getDeclared,
   H1_PARSER_AVAILABLE,
@@ -35,122 +36,11 @@ const MAX_IDLE_MS = 600_000;
 const SWEEP_MS = 1_000;
 
 const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i;
-const CRLF = Buffer.from("\r\n", "latin1");
-
-/** One request on one connection; also the controller its handler is given. */
-class Exchange1 {
-  aborted = false;
-  paused = false;
-  reason: Error | null = null;
-  /** The answer ended or failed: nothing more goes to the handler. */
-  settled = false;
-  /** The whole request has been written. */
-  written = false;
-  head = false;
-  conn: Conn | undefined;
-  body: Readable | undefined;
-
-  constructor(
-    readonly o: H2DispatchOptions,
-    readonly handler: Dispatcher.DispatchHandler,
-  ) {}
-
-  abort(reason: Error): void {
-    if (this.aborted || this.settled) return;
-    this.aborted = true;
-    this.reason = reason;
-    this.conn?.kill();
-    this.fail(reason);
-  }
-
-  pause(): void {
-    this.paused = true;
-  }
-
-  resume(): void {
-    this.paused = false;
-    this.conn?.read();
-  }
-
-  fail(err: Error): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.stopBody();
-    this.handler.onResponseError?.(this as unknown as Dispatcher.DispatchController, err);
-  }
-
-  stopBody(): void {
-    const body = this.body;
-    if (body === undefined) return;
-    this.body = undefined;
-    body.off("data", this.onBodyData!);
-    body.off("end", this.onBodyEnd!);
-    body.off("error", this.onBodyError!);
-    this.conn?.socket.off("drain", this.onDrain!);
-    // What the upstream did not wait for is read and dropped, so the client's connection
-    // is not left with a paused request.
-    if (!this.written) body.resume();
-  }
-
-  /** Streams a request body: paused while the socket's buffer is full. */
-  sendBody(body: Readable, chunked: boolean, declared: number | undefined): void {
-    this.body = body;
-    let sent = 0;
-    const socket = this.conn!.socket;
-    this.onBodyData = (chunk: Buffer) => {
-      sent += chunk.length;
-      this.conn?.touch();
-      if (declared !== undefined && sent > declared) {
-        this.abort(
-          Object.assign(new Error("the request body is longer than its content-length"), {
-            code: "UND_ERR_REQ_CONTENT_LENGTH_MISMATCH",
-          }),
-        );
-        return;
-      }
-      if (chunk.length === 0) return;
-      const ok = socket.write(
-        chunked
-          ? Buffer.concat([Buffer.from(`${chunk.length.toString(16)}\r\n`, "latin1"), chunk, CRLF])
-          : chunk,
-      );
-      if (!ok) {
-        body.pause();
-        socket.once("drain", this.onDrain!);
-      }
-    };
-    this.onDrain = () => body.resume();
-    this.onBodyEnd = () => {
-      if (declared !== undefined && sent !== declared) {
-        this.abort(
-          Object.assign(new Error("the request body is shorter than its content-length"), {
-            code: "UND_ERR_REQ_CONTENT_LENGTH_MISMATCH",
-          }),
-        );
-        return;
-      }
-      if (chunked) socket.write("0\r\n\r\n", "latin1");
-      this.written = true;
-      this.stopBody();
-      this.conn?.maybeRelease(this);
-    };
-    this.onBodyError = () => this.abort(new Error("the request body failed"));
-    body.on("data", this.onBodyData);
-    body.on("end", this.onBodyEnd);
-    body.on("error", this.onBodyError);
-  }
-
-  // Set by sendBody: a request whose body is in memory allocates none of them.
-  onBodyData: ((chunk: Buffer) => void) | undefined;
-  onBodyEnd: (() => void) | undefined;
-  onBodyError: (() => void) | undefined;
-  onDrain: (() => void) | undefined;
-}
 
 /** One keep-alive connection to an origin and its parser. */
 class Conn {
   readonly parser: Parser;
-  current: Exchange1 | undefined;
+  current: H1Request | undefined;
   /** The answer being parsed is a 1xx: skipped. */
   informational = false;
   keepAlive = true;
@@ -165,6 +55,8 @@ class Conn {
   #timerMs = 0;
   /** Body bytes of the answer under way that `read` passes through without the parser. */
   #rawLeft = 0;
+  /** The upstream began a message after the answer had ended: the connection is closed. */
+  #unsolicited = false;
   /** `read` is under way (see there). */
   #reading = false;
 
@@ -178,6 +70,10 @@ class Conn {
     const P = HTTPParser!;
     const parser = new P();
     parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
+    parser[P.kOnMessageBegin] = () => {
+      const x = this.current;
+      if (x === undefined || x.settled) this.#unsolicited = true;
+    };
     parser[P.kOnHeaders] = (lines: string[]) => {
       if (this.current?.head) this.#trailers = (this.#trailers ?? []).concat(lines);
       else this.#partial = this.#partial.concat(lines);
@@ -197,7 +93,7 @@ class Conn {
     this.#timer?.refresh();
   }
 
-  start(x: Exchange1): void {
+  start(x: H1Request): void {
     this.current = x;
     this.answered = false;
     x.conn = this;
@@ -237,6 +133,11 @@ class Conn {
   #onSilence = (): void => {
     const x = this.current;
     if (x === undefined || x.settled) return;
+    // Not the upstream's silence: the client holds the answer back, or still sends its body.
+    if (x.paused || !x.written) {
+      this.#timer?.refresh();
+      return;
+    }
     const code = x.head ? "UND_ERR_BODY_TIMEOUT" : "UND_ERR_HEADERS_TIMEOUT";
     this.kill();
     x.fail(new UpstreamStreamError(`the upstream was silent too long (${code})`, code));
@@ -270,9 +171,17 @@ class Conn {
             at = this.#passBody(chunk, at);
             continue;
           }
-          const r = this.#parse(at === 0 ? chunk : chunk.subarray(at));
-          // A head whose body is passed through ends the parse there (see #onHead).
-          if (r === undefined || this.#rawLeft === 0) break;
+          const bytes = at === 0 ? chunk : chunk.subarray(at);
+          const r = this.#parse(bytes);
+          if (r === undefined) break;
+          // A head whose body is passed through ends the parse there (see #onHead); any other
+          // parse takes every byte, and a message begun after the answer ended (#unsolicited)
+          // is one nothing asked for.
+          if (this.#unsolicited || (this.#rawLeft > 0 ? r <= 0 || r > bytes.length : r !== bytes.length)) {
+            this.kill();
+            break;
+          }
+          if (this.#rawLeft === 0) break;
           at += r;
         }
       }
@@ -291,11 +200,21 @@ class Conn {
     const take = Math.min(this.#rawLeft, chunk.length - at);
     const piece = at === 0 && take === chunk.length ? chunk : chunk.subarray(at, at + take);
     this.#rawLeft -= take;
-    if (!x.settled) x.handler.onResponseData?.(x as unknown as Dispatcher.DispatchController, piece);
-    if (this.#rawLeft === 0) this.#finish(x, undefined);
     const next = at + take;
-    if (next < chunk.length && this.current?.paused) {
-      this.socket.unshift(chunk.subarray(next));
+    // Bytes past the body are an answer nothing asked for: the connection cannot be trusted
+    // with another request (its bytes could pass for that request's answer).
+    if (this.#rawLeft === 0 && next < chunk.length) this.keepAlive = false;
+    try {
+      if (!x.settled) x.handler.onResponseData?.(x as unknown as Dispatcher.DispatchController, piece);
+      if (this.#rawLeft === 0) this.#finish(x, undefined);
+    } catch (err) {
+      // A handler that threw (undici fails the request the same way).
+      this.kill();
+      x.fail(err as Error);
+      return chunk.length;
+    }
+    if (next < chunk.length && this.#rawLeft === 0) {
+      this.kill();
       return chunk.length;
     }
     return next;
@@ -360,6 +279,7 @@ class Conn {
     }
     this.informational = false;
     this.keepAlive = keepAlive;
+    this.idleMs = IDLE_MS;
     const headers = headerObject(lines);
     const hint = headers["keep-alive"];
     if (typeof hint === "string") {
@@ -413,7 +333,7 @@ class Conn {
   };
 
   /** The answer has ended: the connection goes back (or is closed), then the handler hears. */
-  #finish(x: Exchange1, trailers: IncomingHeaders | undefined): void {
+  #finish(x: H1Request, trailers: IncomingHeaders | undefined): void {
     if (x.settled) return;
     x.settled = true;
     this.answered = true;
@@ -429,7 +349,7 @@ class Conn {
   }
 
   /** Back to the idle list once the answer has ended and the request was written whole. */
-  maybeRelease(x: Exchange1): void {
+  maybeRelease(x: H1Request): void {
     if (this.current !== x || !this.answered || !x.written) return;
     this.current = undefined;
     x.conn = undefined;
@@ -498,7 +418,7 @@ export class H1Pools {
   constructor(private readonly connect: Connector) {}
 
   dispatch(o: H2DispatchOptions, handler: Dispatcher.DispatchHandler): void {
-    const x = new Exchange1(o, handler);
+    const x = new H1Request(o, handler);
     handler.onRequestStart?.(x as unknown as Dispatcher.DispatchController, {});
     if (x.aborted) return;
     if (this.#closed) {
@@ -535,6 +455,7 @@ export class H1Pools {
         this.#all.add(conn);
         if (x.aborted || this.#closed) {
           conn.kill();
+          x.fail(Object.assign(new Error("the broker is shutting down"), { code: "UND_ERR_CLOSED" }));
           return;
         }
         conn.start(x);

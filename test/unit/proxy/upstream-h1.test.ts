@@ -386,4 +386,100 @@ describe("H1Pools", () => {
     await new Promise((r) => setTimeout(r, 50));
     expect(s.closed).toContain(0);
   });
+
+  it("refuses characters above U+00FF (latin1 would keep their low byte: U+010D U+010A is CR LF) and framing fields", async () => {
+    const s = await rawServer((socket) => socket.write(OK("ok")));
+    const cases: { headers?: HeaderList; path?: string }[] = [
+      { headers: ["host", "h", "authorization", "Bearer abc\u010d\u010ax-injected: yes"] },
+      { path: "/v1\u0120HTTP/1.1\u010d\u010ax-injected: yes" },
+      { headers: ["host", "h", "host", "evil.example"] },
+      { headers: ["host", "h", "transfer-encoding", "chunked"] },
+      { headers: ["host", "h", "content-length", "7", "content-length", "7"] },
+      { headers: ["host", "h", "content-length", "7 , 8"] },
+    ];
+    for (const c of cases) expect((await send(s.pools, s.origin, c)).error?.code).toBe("UND_ERR_INVALID_ARG");
+    expect((await send(s.pools, s.origin, {})).body).toBe("ok");
+    expect(s.seen.map((r) => r.head).join("\n")).not.toMatch(/injected|evil|transfer-encoding/);
+  });
+
+  it("never hands bytes left after an answer to the next request: the connection is closed", async () => {
+    const s = await rawServer((socket, req) => {
+      if (req.conn === 0 && req.head.includes("/sized"))
+        socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhiHTTP/1.1 200 OK\r\nX-Smuggled: ");
+      else if (req.conn === 1)
+        socket.write(
+          "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nX-Smuggled: ",
+        );
+      else socket.write("HTTP/1.1 401 Unauthorized\r\ncontent-length: 6\r\n\r\ndenied");
+    });
+    const sized = await send(s.pools, s.origin, { path: "/sized" });
+    expect(sized.body).toBe("hi");
+    const chunked = await send(s.pools, s.origin, {});
+    expect(chunked.body).toBe("ab");
+    const next = await send(s.pools, s.origin, {});
+    expect(next.status).toBe(401);
+    expect(next.headers!["x-smuggled"]).toBeUndefined();
+    expect(next.body).toBe("denied");
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 1, 2]);
+  });
+
+  it("a body that fails after an early answer, or a handler that throws, fails the request and nothing else", async () => {
+    const s = await rawServer((socket) => socket.write(OK("abc")));
+    const heads = net.createServer((socket) =>
+      socket.once("data", () => socket.write("HTTP/1.1 413 Too Large\r\ncontent-length: 0\r\n\r\n")),
+    );
+    await new Promise<void>((r) => heads.listen(0, "127.0.0.1", r));
+    cleanups.push(() => heads.close());
+    const port = (heads.address() as net.AddressInfo).port;
+    const early = new H1Pools((_o, cb) => {
+      const sock = net.connect(port, "127.0.0.1");
+      sock.once("connect", () => cb(null, sock));
+    });
+    cleanups.push(() => early.destroy());
+    const body = new PassThrough();
+    const pending = send(early, s.origin, { body, headers: ["host", "h", "content-length", "100"] });
+    body.write("x");
+    expect((await pending).status).toBe(413);
+    body.destroy(new Error("a placeholder further on"));
+
+    const thrown = await send(
+      s.pools,
+      s.origin,
+      {},
+      {
+        onData: () => {
+          throw new Error("the handler broke");
+        },
+      },
+    );
+    expect(thrown.error?.message).toBe("the handler broke");
+  });
+
+  it("a paused answer outlives the body timeout; a request caught by shutdown while connecting fails", async () => {
+    let answer: net.Socket | undefined;
+    const s = await rawServer((socket) => {
+      answer = socket;
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc");
+    });
+    let controller: Dispatcher.DispatchController | undefined;
+    const onData = (c: Dispatcher.DispatchController) => {
+      controller = c;
+      c.pause();
+    };
+    const pending = send(s.pools, s.origin, { timeout: 100 }, { onData });
+    await new Promise((r) => setTimeout(r, 50));
+    answer!.write("def");
+    await new Promise((r) => setTimeout(r, 250));
+    controller!.resume();
+    expect((await pending).body).toBe("abcdef");
+
+    const closing = new H1Pools((_o, cb) => {
+      const sock = net.connect(Number(new URL(s.origin).port), "127.0.0.1");
+      sock.once("connect", () => setTimeout(() => cb(null, sock), 20));
+    });
+    cleanups.push(() => closing.destroy());
+    const caught = send(closing, s.origin, {});
+    closing.close();
+    expect((await caught).error?.code).toBe("UND_ERR_CLOSED");
+  });
 });
