@@ -80,6 +80,16 @@ async function rawServer(answer: (socket: net.Socket, req: Seen) => void) {
   return { seen, closed, sockets, pools, origin: `http://127.0.0.1:${port}` };
 }
 
+/** A server that answers with half of a 6-byte body ("abc"); `rest()` sends the other half. */
+async function halfAnswer() {
+  let answer: net.Socket | undefined;
+  const s = await rawServer((socket) => {
+    answer = socket;
+    socket.write("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc");
+  });
+  return { s, rest: () => answer!.write("def") };
+}
+
 const cleanups: (() => void)[] = [];
 afterEach(() => {
   for (const c of cleanups.splice(0)) c();
@@ -352,11 +362,7 @@ describe("H1Pools", () => {
   });
 
   it("pause stops the socket's reading until resume; abort closes the connection", async () => {
-    let answer: net.Socket | undefined;
-    const s = await rawServer((socket) => {
-      answer = socket;
-      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc");
-    });
+    const { s, rest } = await halfAnswer();
     let controller: Dispatcher.DispatchController | undefined;
     let chunks = 0;
     const pending = send(
@@ -372,7 +378,7 @@ describe("H1Pools", () => {
       },
     );
     await new Promise((r) => setTimeout(r, 50));
-    answer!.write("def");
+    rest();
     await new Promise((r) => setTimeout(r, 50));
     expect(chunks).toBe(1);
     controller!.resume();
@@ -456,11 +462,7 @@ describe("H1Pools", () => {
   });
 
   it("a paused answer outlives the body timeout; a request caught by shutdown while connecting fails", async () => {
-    let answer: net.Socket | undefined;
-    const s = await rawServer((socket) => {
-      answer = socket;
-      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc");
-    });
+    const { s, rest } = await halfAnswer();
     let controller: Dispatcher.DispatchController | undefined;
     const onData = (c: Dispatcher.DispatchController) => {
       controller = c;
@@ -468,7 +470,7 @@ describe("H1Pools", () => {
     };
     const pending = send(s.pools, s.origin, { timeout: 100 }, { onData });
     await new Promise((r) => setTimeout(r, 50));
-    answer!.write("def");
+    rest();
     await new Promise((r) => setTimeout(r, 250));
     controller!.resume();
     expect((await pending).body).toBe("abcdef");
