@@ -47,7 +47,7 @@ class Conn {
   idleMs = IDLE_MS;
   idleSince = 0;
   dead = false;
-  /** The answer has ended; the connection waits for the request to be written whole. */
+  /** The answer has ended: `maybeRelease` may give the connection back. */
   answered = false;
   #trailers: string[] | undefined;
   #partial: string[] = [];
