@@ -86,30 +86,41 @@ export function serialize(
   strip: readonly string[],
   scrub: (s: string) => string,
 ): string {
-  let s = `{"time":${jsonValue(isoTime(entry.time ?? at))},"decision":${jsonValue(entry.decision)}`;
-  if (entry.client !== undefined) s += `,"client":${jsonValue(entry.client)}`;
-  if (entry.launch !== undefined) s += `,"launch":${jsonValue(entry.launch)}`;
-  if (entry.provider !== undefined) s += `,"provider":${jsonValue(entry.provider)}`;
-  if (entry.credential !== undefined) s += `,"credential":${jsonValue(entry.credential)}`;
-  if (entry.fingerprint !== undefined) s += `,"fingerprint":${jsonValue(entry.fingerprint)}`;
-  if (entry.method !== undefined) s += `,"method":${jsonValue(entry.method)}`;
-  if (entry.host !== undefined) s += `,"host":${jsonValue(entry.host)}`;
+  let path: string | undefined;
   if (entry.path !== undefined) {
     const params = entry.stripParams === undefined ? strip : [...strip, ...entry.stripParams];
-    s += `,"path":${jsonValue(stripQuery(entry.path, params))}`;
+    path = stripQuery(entry.path, params);
   }
+  // One look for anything to escape across the line's strings, rather than one per field: the
+  // fields are quoted as they are when none needs it, which is nearly always.
+  const probe = `${entry.client ?? ""}${entry.launch ?? ""}${entry.provider ?? ""}${entry.credential ?? ""}${entry.fingerprint ?? ""}${entry.method ?? ""}${entry.host ?? ""}${path ?? ""}${entry.code ?? ""}${entry.reason ?? ""}`;
+  const q = NEEDS_ESCAPE.test(probe) ? jsonValue : quoted;
+  let s = `{"time":${jsonValue(isoTime(entry.time ?? at))},"decision":${jsonValue(entry.decision)}`;
+  if (entry.client !== undefined) s += `,"client":${q(entry.client)}`;
+  if (entry.launch !== undefined) s += `,"launch":${q(entry.launch)}`;
+  if (entry.provider !== undefined) s += `,"provider":${q(entry.provider)}`;
+  if (entry.credential !== undefined) s += `,"credential":${q(entry.credential)}`;
+  if (entry.fingerprint !== undefined) s += `,"fingerprint":${q(entry.fingerprint)}`;
+  if (entry.method !== undefined) s += `,"method":${q(entry.method)}`;
+  if (entry.host !== undefined) s += `,"host":${q(entry.host)}`;
+  if (path !== undefined) s += `,"path":${q(path)}`;
   if (entry.status !== undefined) s += `,"status":${jsonValue(entry.status)}`;
   if (entry.bytesIn !== undefined) s += `,"bytes_in":${jsonValue(entry.bytesIn)}`;
   if (entry.bytesOut !== undefined) s += `,"bytes_out":${jsonValue(entry.bytesOut)}`;
   if (entry.durationMs !== undefined)
     s += `,"duration_ms":${jsonValue(Math.round(entry.durationMs * 1000) / 1000)}`;
-  if (entry.code !== undefined) s += `,"code":${jsonValue(entry.code)}`;
-  if (entry.reason !== undefined) s += `,"reason":${jsonValue(entry.reason)}`;
+  if (entry.code !== undefined) s += `,"code":${q(entry.code)}`;
+  if (entry.reason !== undefined) s += `,"reason":${q(entry.reason)}`;
   if (entry.lost !== undefined) s += `,"lost":${jsonValue(entry.lost)}`;
   if (entry.first !== undefined) s += `,"first":${jsonValue(entry.first)}`;
   if (entry.last !== undefined) s += `,"last":${jsonValue(entry.last)}`;
   // Scrubbed before `prev` is added, so a (short) secret can never corrupt the chain's hex.
   return scrub(`${s}}`);
+}
+
+/** A string field with nothing to escape (or a number), as JSON. */
+function quoted(value: string | number): string {
+  return typeof value === "string" ? `"${value}"` : jsonValue(value);
 }
 
 /** After a line's text: `,"prev":"<64 hex>","hash":"<64 hex>"}` and its newline. */
@@ -119,6 +130,14 @@ const CHAIN_BYTES = PREV_MEMBER.length + 64 + HASH_MEMBER.length + 64 + 3;
 /** From a line's end back to its `prev` value. */
 const PREV_FROM_END = 64 + HASH_MEMBER.length + 64 + 3;
 const HASH_HOLE = "0".repeat(64);
+/** What follows a line's text, with holes for `prev` and `hash`: copied in with one `set`. */
+const TAIL = Buffer.from(`${PREV_MEMBER}${HASH_HOLE}${HASH_MEMBER}${HASH_HOLE}"}\n`, "latin1");
+/**
+ * node's direct writes (Buffer#write's argument handling costs more than a short line's copy;
+ * a hash as a Buffer costs more than as a string).
+ */
+type Utf8Writer = Buffer & { utf8Write(text: string, offset: number): number };
+type Latin1Writer = Buffer & { latin1Write(text: string, offset: number): number };
 
 /** An entry's time in milliseconds, for a `gap` line's first and last. */
 export function timeMs(time: Date | number | string | undefined, at: number): number {
@@ -169,16 +188,10 @@ export class Encoded {
     }
     const buf = this.buf;
     // The `}` that closes `body` is written over by the `prev` member.
-    let at = this.at + buf.write(body, this.at) - 1;
-    at += buf.write(PREV_MEMBER, at, "latin1");
-    at += buf.write(HASH_HOLE, at, "latin1");
-    at += buf.write(HASH_MEMBER, at, "latin1");
-    at += buf.write(HASH_HOLE, at, "latin1");
-    buf[at++] = 0x22; // "
-    buf[at++] = 0x7d; // }
-    buf[at++] = 0x0a;
-    this.at = at;
-    this.ends.push(at);
+    const at = this.at + (buf as Utf8Writer).utf8Write(body, this.at) - 1;
+    buf.set(TAIL, at);
+    this.at = at + TAIL.length;
+    this.ends.push(this.at);
     this.times.push(time);
   }
 
@@ -187,16 +200,16 @@ export class Encoded {
    * closed with `}` (docs/spec.md §12), as its `hash`. Returns the hash.
    */
   chain(i: number, prev: string): string {
-    const buf = this.buf;
+    const buf = this.buf as Latin1Writer;
     const start = i === 0 ? 0 : this.ends[i - 1]!;
     const prevAt = this.ends[i]! - PREV_FROM_END;
-    buf.write(prev, prevAt, "latin1");
+    buf.latin1Write(prev, prevAt);
     // Hashed as `…"prev":"<prev>"}`: the `,` after the closing quote stands in as `}` meanwhile.
     const comma = prevAt + 65;
     buf[comma] = 0x7d;
     const hash = oneShotHash("sha256", buf.subarray(start, comma + 1), "hex");
     buf[comma] = 0x2c;
-    buf.write(hash, comma + HASH_MEMBER.length - 1, "latin1");
+    buf.latin1Write(hash, comma + HASH_MEMBER.length - 1);
     return hash;
   }
 }

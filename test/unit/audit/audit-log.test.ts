@@ -263,6 +263,39 @@ describe("a line's text (decision 181)", () => {
     }
   });
 
+  it("escapes a field that needs it when every other field is plain (one look covers them all)", () => {
+    const fields = [
+      "client",
+      "launch",
+      "provider",
+      "credential",
+      "fingerprint",
+      "method",
+      "host",
+      "path",
+      "code",
+      "reason",
+    ];
+    // Halves of a surrogate pair in two neighbouring fields: each alone is a lone surrogate.
+    const cases: [string, string][] = [
+      ...fields.flatMap((f) => awkward.map((s): [string, string] => [f, s])),
+      ["client", "a\ud800"],
+      ["launch", "\udc00b"],
+    ];
+    for (const [field, value] of cases) {
+      const entry: Record<string, unknown> = { decision: "injected", time: 1_764_201_600_123 };
+      for (const f of fields) entry[f] = f === "path" ? "/plain" : "plain";
+      entry[field] = field === "path" ? `/p${value}` : value;
+      if (field === "client" && value === "a\ud800") entry.launch = "\udc00b";
+      const expected: Record<string, unknown> = { time: "2025-11-27T00:00:00.123Z", decision: "injected" };
+      for (const f of ["client", "launch", "provider", "credential", "fingerprint", "method", "host", "path"])
+        expected[f] = entry[f];
+      expected.code = entry.code;
+      expected.reason = entry.reason;
+      expect(serialize(entry as never, 0, [], (x) => x)).toBe(JSON.stringify(expected));
+    }
+  });
+
   it("keeps whole lines and the chain across batches of long, short and multi-byte lines", async () => {
     const h = home();
     const log = new AuditLog(h);
