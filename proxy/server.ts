@@ -4,7 +4,7 @@
 // (proxy/listener/) to the pipeline (proxy/pipeline.ts); create, listen, reload and close are
 // its own.
 
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import type { Agent } from "undici";
 import { handleAdmin, loadOrCreateAdminToken } from "../admin/api.js";
@@ -37,6 +37,7 @@ import { openSharedState, type SharedState } from "../state/shared-state.js";
 import { accessLogFromEnv } from "./access-log.js";
 import { onApprovalEvent } from "./approval-events.js";
 import { Approvals } from "./approvals.js";
+import type { ExchangeResponse } from "./exchange.js";
 import { Launches } from "./launches.js";
 import { h2Exchange } from "./listener/h2-exchange.js";
 import { http1Exchange } from "./listener/http1-exchange.js";
@@ -229,7 +230,7 @@ export class Broker implements AdminHost {
   }
 
   /** One request bound upstream, from the listener: through the pipeline. */
-  #handle(req: IncomingMessage, res: ServerResponse, t: Target, upgrade?: Upgrade): Promise<void> {
+  #handle(req: IncomingMessage, res: ExchangeResponse, t: Target, upgrade?: Upgrade): Promise<void> {
     return this.#pipeline.run(http1Exchange(req, res, t, this.#rt, this.pools), upgrade);
   }
 

@@ -17,6 +17,7 @@ interface ParserClass {
   new (): Parser;
   readonly prototype: Parser;
   readonly RESPONSE: number;
+  readonly REQUEST: number;
   readonly kOnMessageBegin: number;
   readonly kOnHeaders: number;
   readonly kOnHeadersComplete: number;
@@ -39,11 +40,25 @@ export const HTTPParser: ParserClass | undefined = (() => {
       P.kOnBody,
       P.kOnMessageComplete,
       P.RESPONSE,
+      P.REQUEST,
     ];
     if (!slots.every((n) => typeof n === "number") || typeof P.kLenientNone !== "number") return undefined;
     if (typeof P.prototype.initialize !== "function" || typeof P.prototype.execute !== "function")
       return undefined;
     return P;
+  } catch {
+    return undefined;
+  }
+})();
+
+/**
+ * The request methods by the number the parser gives them (node's own table, the HTTP methods
+ * in llhttp's order); a number past its end is a method node names only in its full table.
+ */
+export const REQUEST_METHODS: readonly string[] | undefined = (() => {
+  try {
+    const m = (createRequire(import.meta.url)("_http_common") as { methods?: unknown }).methods;
+    return Array.isArray(m) && m[1] === "GET" && m[3] === "POST" && m[5] === "CONNECT" ? m : undefined;
   } catch {
     return undefined;
   }

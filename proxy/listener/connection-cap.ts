@@ -58,11 +58,14 @@ export class ConnectionCap {
    * an upgrade, for as long as it is open.
    */
   watch(server: Server): void {
-    server.on("request", (req: IncomingMessage, res: ServerResponse) => {
-      const raw = this.#begin(req.socket, 1);
-      if (raw !== undefined) res.once("close", () => this.#end(raw));
-    });
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => this.request(req.socket, res));
     server.on("upgrade", (req: IncomingMessage) => this.settled(req.socket));
+  }
+
+  /** A request read from `socket`: its connection is busy until `res` closes. */
+  request(socket: unknown, res: { once(event: "close", listener: () => void): unknown }): void {
+    const raw = this.#begin(socket, 1);
+    if (raw !== undefined) res.once("close", () => this.#end(raw));
   }
 
   /** The connection beneath `socket` (a listener socket, or a TLS socket on one) is in use until it closes. */

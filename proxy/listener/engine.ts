@@ -2,7 +2,6 @@
 // http.Server (TLS terminated in-process with node:tls, no extra hop), or tunnels it untouched.
 // This is the only module that knows how TLS is terminated; docs/decisions.md says why it is
 // node:tls and not http-mitm-proxy.
-import type { Server as HttpServer } from "node:http";
 import type { Http2Server, Http2Session } from "node:http2";
 import { connect as netConnect, type Socket } from "node:net";
 import { Duplex } from "node:stream";
@@ -33,7 +32,8 @@ export const OFFER_H2: readonly string[] = ["h2", "http/1.1"];
 
 /** The servers decrypted connections are handed to, and what to offer whom. */
 export interface InnerServers {
-  readonly http: HttpServer;
+  /** Serves a connection that speaks HTTP/1.1 (listener/h1-server.ts, or node's server). */
+  readonly http: (socket: Socket) => void;
   /** Serves connections that negotiated `h2`. */
   readonly h2: Http2Server;
   /** The ALPN protocols to offer for this CONNECT's origin; a promise while it is probed. */
@@ -153,7 +153,7 @@ function terminate(
   if (offer === OFFER_H1) {
     // Handed over at once: the HTTP server's reading is what notices a client that goes away
     // during the handshake. Its headers timeout runs from here too.
-    inner.http.emit("connection", tls);
+    inner.http(tls);
     return tls;
   }
   // Which server reads it depends on what the handshake chose. The TLS socket reads (and so
@@ -163,7 +163,7 @@ function terminate(
     // clears it), and an HTTP/2 session waits for that to clear before it reads a byte.
     (tls as unknown as { secureConnecting: boolean }).secureConnecting = false;
     if (tls.alpnProtocol === "h2") serveH2(inner.h2, tls as unknown as Socket);
-    else inner.http.emit("connection", tls);
+    else inner.http(tls);
   });
   return tls;
 }

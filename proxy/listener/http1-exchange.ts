@@ -1,8 +1,9 @@
-// An HTTP/1.1 request as the pipeline's exchange: node's request and response objects carry
-// the body both ways, the target says where it goes.
-import type { IncomingMessage, ServerResponse } from "node:http";
+// An HTTP/1.1 request as the pipeline's exchange: node's request object and the response
+// (h1-response.ts, or node's on a connection node's server reads) carry the body both ways, the
+// target says where it goes.
+import type { IncomingMessage } from "node:http";
 import type { PoolState } from "../../secrets/pool.js";
-import type { Exchange } from "../exchange.js";
+import type { Exchange, ExchangeResponse } from "../exchange.js";
 import { forwardableRequestHeaders, setHeader } from "../headers.js";
 import type { Runtime } from "../runtime.js";
 import { exchangeFor } from "./exchange-for.js";
@@ -10,7 +11,7 @@ import type { Target } from "./request-target.js";
 
 export function http1Exchange(
   req: IncomingMessage,
-  res: ServerResponse,
+  res: ExchangeResponse,
   t: Target,
   rt: Runtime,
   pools: PoolState,

@@ -21,6 +21,7 @@ import type { BrokerMetrics } from "../../metrics/broker-metrics.js";
 import { isMetricsRequest, type MetricsEndpoint } from "../../metrics/endpoint.js";
 import { isLoopbackHost } from "../../rules/address.js";
 import type { Rules } from "../../rules/types.js";
+import type { ExchangeResponse } from "../exchange.js";
 import type { Launches } from "../launches.js";
 import type { Runtime } from "../runtime.js";
 import type { Upgrade } from "../websocket.js";
@@ -40,6 +41,7 @@ import {
   type InnerServers,
   sessionSocket,
 } from "./engine.js";
+import { H1_SERVER_AVAILABLE, H1Server } from "./h1-server.js";
 import { H2Response } from "./h2-exchange.js";
 import { createH2Server } from "./h2-server.js";
 import { takeOverH2c } from "./h2c.js";
@@ -59,7 +61,7 @@ export type HandleStream = (
 /** Runs one request through the pipeline (proxy/pipeline.ts). */
 export type Handle = (
   req: IncomingMessage,
-  res: ServerResponse,
+  res: ExchangeResponse,
   t: Target,
   upgrade?: Upgrade,
 ) => Promise<void>;
@@ -91,6 +93,11 @@ export class Listener {
   readonly #p: ListenerParts;
   readonly #outer: Server;
   readonly #inner: Server;
+  /**
+   * Reads intercepted HTTP/1.1 connections, handing to `#inner` what it does not serve
+   * (decision 189); undefined with KEYBROKER_SERVER_H1=node or on a node without its parser.
+   */
+  readonly #h1: H1Server | undefined;
   /** HTTP/2 connections: intercepted ones that negotiated h2, and h2c in reverse mode. */
   readonly #h2: Http2Server;
   readonly #sockets = new Set<Socket>();
@@ -118,7 +125,25 @@ export class Listener {
       },
       (stream, headers, raw) => this.#onStream(stream, headers, raw),
     );
-    const inner: InnerServers = { http: this.#inner, h2: this.#h2, alpn: p.alpn };
+    this.#h1 =
+      H1_SERVER_AVAILABLE && process.env.KEYBROKER_SERVER_H1 !== "node"
+        ? new H1Server({
+            fallback: this.#inner,
+            headersMs: () => p.runtime().rules.timeouts.headersMs,
+            keepAliveMs: () => p.runtime().rules.timeouts.keepAliveMs,
+            onRequest: (req, res) => {
+              this.#cap.request(req.socket, res);
+              this.#onInterceptedRequest(req, res);
+            },
+          })
+        : undefined;
+    const h1 = this.#h1;
+    const inner: InnerServers = {
+      http:
+        h1 === undefined ? (socket) => this.#inner.emit("connection", socket) : (socket) => h1.serve(socket),
+      h2: this.#h2,
+      alpn: p.alpn,
+    };
     this.#cap.watch(this.#outer);
     this.#cap.watch(this.#inner);
     applyConnectionRules(this.#outer, this.#inner, rules, this.#cap);
@@ -185,6 +210,7 @@ export class Listener {
   close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#outer.close(() => resolve()));
     this.#inner.close();
+    this.#h1?.close();
     this.#h2.close();
     this.#adminTls?.close();
     this.#outer.closeAllConnections();
@@ -192,7 +218,7 @@ export class Listener {
     return closed;
   }
 
-  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+  #onInterceptedRequest(req: IncomingMessage, res: ExchangeResponse): void {
     try {
       void this.#p.handle(req, res, interceptedTarget(this.#p.runtime(), this.#p.launches, req));
     } catch (err) {

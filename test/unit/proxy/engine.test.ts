@@ -40,7 +40,11 @@ beforeAll(async () => {
   });
   outer.on("connect", (_req, socket: Socket, head: Buffer) => {
     socket.on("error", () => socket.destroy());
-    const servers = { http: inner, h2: createH2Server(), alpn: () => OFFER_H1 };
+    const servers = {
+      http: (s: Socket) => inner.emit("connection", s),
+      h2: createH2Server(),
+      alpn: () => OFFER_H1,
+    };
     intercept(socket, head, { host: HOST, port: 443, client: "default" }, minter, servers, 60_000);
   });
   outer.listen(0, "127.0.0.1");
