@@ -96,6 +96,10 @@ class Conn {
   start(x: H1Request): void {
     this.current = x;
     this.answered = false;
+    // Each answer is parsed from a fresh parser: the 2 that ended the last head (#onHead) leaves
+    // llhttp's upgrade flag up, and with it up a head past the size limit was not refused.
+    const P = HTTPParser!;
+    this.parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
     x.conn = this;
     const ms = x.o.headersTimeout;
     if (this.#timer === undefined || this.#timerMs !== ms) {

@@ -27,6 +27,12 @@ export interface H1Link {
   finished(res: H1Response, close: boolean): void;
 }
 
+function invalidHeader(name: string): TypeError {
+  return Object.assign(new TypeError(`Invalid value for the "${name}" header`), {
+    code: "ERR_HTTP_INVALID_HEADER_VALUE",
+  });
+}
+
 function invalidChar(what: string): TypeError {
   return Object.assign(new TypeError(`Invalid character in ${what}`), { code: "ERR_INVALID_CHAR" });
 }
@@ -108,7 +114,9 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
   writeHead(status: number, reason?: string | OutgoingHttpHeaders, headers?: OutgoingHttpHeaders): this {
     if (this.#sent)
       throw Object.assign(new Error("the response head was sent already"), { code: "ERR_HTTP_HEADERS_SENT" });
-    if (!Number.isInteger(status) || status < 100 || status > 999)
+    // Interim answers (1xx) are not written here: the pipeline passes none, and one would be
+    // taken for the final answer (an upgrade's 101 is node's server's).
+    if (!Number.isInteger(status) || status < 200 || status > 999)
       throw Object.assign(new RangeError(`Invalid status code: ${status}`), {
         code: "ERR_HTTP_INVALID_STATUS_CODE",
       });
@@ -141,7 +149,10 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
             }
             break;
           case 14:
-            if (name.toLowerCase() === "content-length") length = String(value);
+            if (name.toLowerCase() === "content-length") {
+              if (length !== undefined || typeof value === "object") throw invalidHeader("content-length");
+              length = String(value);
+            }
             break;
           case 17:
             if (name.toLowerCase() === "transfer-encoding") te = String(value);
@@ -149,23 +160,24 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
         }
       }
     }
-    if (!date) head += `Date: ${utcDate()}\r\n`;
-    if (!connection) {
-      head += this.#keepAlive
-        ? `Connection: keep-alive\r\nKeep-Alive: timeout=${this.#link.keepAliveSeconds()}\r\n`
-        : "Connection: close\r\n";
-    }
-    this.#noBody = this.#head || status === 204 || status === 304 || status < 200;
+    this.#noBody = this.#head || status === 204 || status === 304;
     if (length !== undefined) {
+      // One length, a number: anything else would frame the body some other way than it is sent.
+      if (te !== undefined || !/^\d{1,15}$/.test(length)) throw invalidHeader("content-length");
       this.#framed = true;
-      const n = Number(length);
-      if (!this.#noBody && Number.isSafeInteger(n) && n >= 0) this.#declared = n;
+      if (!this.#noBody) this.#declared = Number(length);
     } else if (te !== undefined) {
       this.#framed = true;
       this.#chunked = !this.#noBody && /(?:^|,)\s*chunked\s*$/i.test(te);
       // A body in another coding and not chunked ends only with the connection.
       if (!this.#chunked && !this.#noBody) this.#keepAlive = false;
     } else if (this.#noBody) this.#framed = true;
+    if (!date) head += `Date: ${utcDate()}\r\n`;
+    if (!connection) {
+      head += this.#keepAlive
+        ? `Connection: keep-alive\r\nKeep-Alive: timeout=${this.#link.keepAliveSeconds()}\r\n`
+        : "Connection: close\r\n";
+    }
     this.#pendingHead = head;
     this.#sent = true;
     return this;
@@ -235,7 +247,8 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
   }
 
   destroy(_err?: Error): this {
-    if (this.#destroyed) return this;
+    // Once the answer is out the connection is no longer its own (the next request's, or node's).
+    if (this.#destroyed || this.#finished || this.#closed) return this;
     this.#destroyed = true;
     this.#link.socket.destroy();
     return this;
@@ -303,6 +316,7 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
   #emitClose(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#destroyed = true;
     this.emit("close");
   }
 }

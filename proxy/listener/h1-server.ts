@@ -49,6 +49,18 @@ interface Head {
   readonly length: number;
 }
 
+/**
+ * Bytes of one head kept at most, counting what llhttp skips without counting (blank lines
+ * before a request, spaces): twice node's header limit.
+ */
+const HEAD_BYTES_MAX = 2 * http.maxHeaderSize;
+const OVERFLOW = Object.assign(new Error("the request headers are too large"), {
+  code: "HPE_HEADER_OVERFLOW",
+});
+const CUT = Object.assign(new Error("the client closed in the middle of a request head"), {
+  code: "HPE_INVALID_EOF_STATE",
+});
+
 const TIMEOUT = Object.assign(new Error("the request headers did not arrive in time"), {
   code: "ERR_HTTP_REQUEST_TIMEOUT",
 });
@@ -121,6 +133,7 @@ class Conn {
   #headDue = true;
   /** Bytes of the head being read, from its first one (a hand-over puts them back). */
   #headBytes: Buffer[] = [];
+  #headSize = 0;
   #partial: string[] = [];
   #partialUrl = "";
   #ready: Head | undefined;
@@ -217,18 +230,30 @@ class Conn {
         this.#since = performance.now();
       }
       const r = this.#parser.execute(bytes);
-      if (typeof r !== "number" || this.#handOver) {
+      const head = this.#ready;
+      // A parse that stops short without a head is an error the binding reports as a count
+      // (llhttp's upgrade flag, set by the 2 that ends each head, is still up).
+      if (typeof r !== "number" || this.#handOver || (head === undefined && r !== bytes.length)) {
         this.#giveUp(bytes);
         return;
       }
-      const head = this.#ready;
       if (head === undefined) {
-        // The head goes on in the next read.
+        // The head goes on in the next read. Bytes llhttp does not count against the header
+        // limit (blank lines before it, spaces) still count here: what is kept is bounded.
+        this.#headSize += bytes.length;
+        if (this.#headSize > HEAD_BYTES_MAX) {
+          this.#stop();
+          onClientError(OVERFLOW, this.socket);
+          return;
+        }
         this.#headBytes.push(bytes);
         return;
       }
       this.#ready = undefined;
       this.#headBytes.length = 0;
+      this.#headSize = 0;
+      // Each message starts from a fresh parser: the 2 that stopped it leaves state behind.
+      this.#parser.initialize(HTTPParser!.REQUEST, {}, 0, HTTPParser!.kLenientNone);
       at += r;
       this.#start(head);
     }
@@ -296,6 +321,8 @@ class Conn {
   /** Body bytes of the current request, as views of the read; returns where they stop. */
   #passBody(chunk: Buffer, at: number): number {
     const take = Math.min(this.#bodyLeft, chunk.length - at);
+    // Body bytes after an early answer: the connection is not idle while they come.
+    if (this.#res === undefined) this.#since = performance.now();
     const piece = at === 0 && take === chunk.length ? chunk : chunk.subarray(at, at + take);
     this.#bodyLeft -= take;
     const req = this.#bodyOf!;
@@ -334,8 +361,8 @@ class Conn {
     const socket = this.socket;
     socket.off("data", this.#onData);
     socket.off("end", this.#onEnd);
-    socket.off("error", this.#onError);
     socket.off("close", this.#onClose);
+    // The error listener stays: a socket error after a hand-over or a refusal only closes it.
     this.#headBytes.length = 0;
     // Not from inside the parse: every caller runs after `execute` has returned.
     this.#parser.close();
@@ -348,8 +375,13 @@ class Conn {
    */
   #onEnd = (): void => {
     const req = this.#bodyOf ?? this.#req;
-    const midHead = this.#res === undefined && this.#headDue && this.#headBytes.length > 0;
-    if (midHead || (req !== undefined && !req.complete)) {
+    if (this.#res === undefined && this.#headDue && this.#headBytes.length > 0) {
+      // Cut in the middle of a head: a 400, as node's server answers.
+      this.#stop();
+      onClientError(CUT, this.socket);
+      return;
+    }
+    if (req !== undefined && !req.complete) {
       this.socket.destroy();
       return;
     }

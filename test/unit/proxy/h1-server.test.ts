@@ -365,3 +365,101 @@ describe.runIf(H1_SERVER_AVAILABLE)("the intercepted connections' HTTP/1.1 serve
     await c.until(`${size}:${expected}`);
   });
 });
+
+// What a security review of the first version found (decision 189), one test each.
+describe.runIf(H1_SERVER_AVAILABLE)("the HTTP/1.1 server, after its review", () => {
+  it("refuses a malformed or oversized head that comes after a request it served", async () => {
+    for (const [bad, status] of [
+      ["GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n", "400"],
+      ["POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", "400"],
+      [`GET / HTTP/1.1\r\nHost: a\r\nX-Big: ${"b".repeat(40_000)}\r\n\r\n`, "431"],
+    ] as const) {
+      const { port } = await setup((_req, res) => res.end("mine"));
+      const c = await client(port);
+      c.socket.write("GET /first HTTP/1.1\r\nHost: a\r\n\r\n");
+      await c.until("mine");
+      c.socket.write(bad);
+      await c.closed;
+      expect(c.text().slice(c.text().indexOf("mine") + 4)).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+    }
+  });
+
+  it("keeps a bounded part of a head llhttp does not count (blank lines, spaces) and refuses the rest", async () => {
+    const { port } = await setup((_req, res) => res.end("mine"));
+    const c = await client(port);
+    const flood = "\r\n".repeat(64 * 1024);
+    for (let i = 0; i < 8 && !c.socket.destroyed; i++) {
+      c.socket.write(flood);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await c.closed;
+    expect(c.text()).toMatch(/^HTTP\/1\.1 431 /);
+  });
+
+  it("leaves the connection alone when an answer that is out is destroyed late", async () => {
+    let first: H1Response | undefined;
+    const { port } = await setup((req, res) => {
+      if (req.url === "/a") {
+        first = res;
+        res.end("A-done;");
+        return;
+      }
+      res.writeHead(200);
+      res.write(Buffer.from("B-part;"));
+      // The first answer's late destroy (a throw after it finished) must not cut this one.
+      setTimeout(() => {
+        first?.destroy();
+        res.end(Buffer.from("B-end;"));
+      }, 20);
+    });
+    const c = await client(port);
+    c.socket.write("GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n");
+    await c.until("B-end;");
+    expect(first?.destroyed).toBe(true);
+  });
+
+  it("does not close as idle a connection whose client is still sending a body after an early answer", async () => {
+    const { port } = await setup((_req, res) => res.end("early"), { headersMs: 400, keepAliveMs: 300 });
+    const c = await client(port);
+    c.socket.write("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 20\r\n\r\n");
+    await c.until("early");
+    for (let i = 0; i < 10; i++) {
+      await new Promise((r) => setTimeout(r, 60));
+      expect(c.socket.destroyed).toBe(false);
+      c.socket.write("xx");
+    }
+    c.socket.write("GET /next HTTP/1.1\r\nHost: a\r\n\r\n");
+    await c.until("early", 2);
+  });
+
+  it("refuses a head whose framing would not match its body, and interim statuses", async () => {
+    const errors: string[] = [];
+    const { port } = await setup((_req, res) => {
+      for (const bad of [
+        () => res.writeHead(200, { "content-length": "abc" }),
+        () => res.writeHead(200, { "content-length": ["2", "9"] } as never),
+        () => res.writeHead(200, { "content-length": "2", "transfer-encoding": "chunked" }),
+        () => res.writeHead(103, { link: "</a>" }),
+      ]) {
+        try {
+          bad();
+        } catch (err) {
+          errors.push((err as { code: string }).code);
+        }
+      }
+      res.writeHead(200, { "transfer-encoding": "gzip" });
+      res.end(Buffer.from("zz"));
+    });
+    const c = await client(port);
+    c.socket.write("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    await c.closed;
+    expect(errors).toEqual([
+      "ERR_HTTP_INVALID_HEADER_VALUE",
+      "ERR_HTTP_INVALID_HEADER_VALUE",
+      "ERR_HTTP_INVALID_HEADER_VALUE",
+      "ERR_HTTP_INVALID_STATUS_CODE",
+    ]);
+    // A body in a coding that is not chunked ends with the connection, and the head says so.
+    expect(c.text()).toMatch(/\r\nConnection: close\r\n\r\nzz$/);
+  });
+});

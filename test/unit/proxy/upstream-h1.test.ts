@@ -328,6 +328,19 @@ describe("H1Pools", () => {
     expect(s.closed).toEqual([0]);
   });
 
+  it("refuses an oversized head on a reused connection as on a new one", async () => {
+    let n = 0;
+    const s = await rawServer((socket) => {
+      // The second answer's head is past node's header limit (16 KiB): it must fail, not
+      // grow in memory as the head goes on.
+      socket.write(n++ === 0 ? OK("first") : `HTTP/1.1 200 OK\r\nx-big: ${"b".repeat(40_000)}`);
+    });
+    expect((await send(s.pools, s.origin, {})).body).toBe("first");
+    const out = await send(s.pools, s.origin, {});
+    expect(out.error?.code).toBe("UND_ERR_SOCKET");
+    expect(s.seen.map((r) => r.conn)).toEqual([0, 0]);
+  });
+
   it("an answer before the whole body was sent ends the request, and the connection is not reused", async () => {
     let early: net.Socket | undefined;
     const server = await rawServer((socket) => socket.write(OK("next")));
