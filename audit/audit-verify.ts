@@ -4,7 +4,7 @@
 // an honest loss the chain admits to, not tampering.
 import { createReadStream, readdirSync } from "node:fs";
 import { basename, join } from "node:path";
-import { createInterface } from "node:readline";
+import { StringDecoder } from "node:string_decoder";
 import { sha256 } from "./audit-line.js";
 import { AUDIT_DECISIONS, type AuditChain, type AuditRecord, auditDir, GENESIS } from "./audit-log.js";
 
@@ -92,6 +92,29 @@ export function parseAuditLine(text: string): { record: AuditRecord } | { proble
 }
 
 /**
+ * A file's lines, ended by `\n` alone, as the log writes them. Not node's readline: it also ends
+ * a line at a lone `\r`, and from Node 24 at U+2028 and U+2029, which JSON leaves unescaped in
+ * a string, so a sound line holding one read as two broken ones.
+ */
+async function* fileLines(file: string): AsyncGenerator<string> {
+  const decoder = new StringDecoder("utf8");
+  let rest = "";
+  for await (const chunk of createReadStream(file)) {
+    rest += decoder.write(chunk as Buffer);
+    let from = 0;
+    let nl = rest.indexOf("\n");
+    while (nl !== -1) {
+      yield rest.slice(from, nl);
+      from = nl + 1;
+      nl = rest.indexOf("\n", from);
+    }
+    rest = rest.slice(from);
+  }
+  rest += decoder.end();
+  if (rest !== "") yield rest;
+}
+
+/**
  * Checks the whole chain. The first line of the oldest file may link to a line that rotation
  * already removed; every other `prev` must equal the `hash` of the line before, across files.
  */
@@ -103,15 +126,18 @@ export async function verifyAudit(home: string, name: AuditChain = "audit"): Pro
   let count = 0;
   let fromGenesis = true;
   for (const file of files) {
-    const lines = createInterface({ input: createReadStream(file), crlfDelay: Number.POSITIVE_INFINITY });
     let n = 0;
-    for await (const text of lines) {
+    for await (const text of fileLines(file)) {
       n++;
       const parsed = parseAuditLine(text);
-      const fail = (problem: string): AuditVerifyResult => {
-        lines.close();
-        return { ok: false, files, lines: count, file, line: n, problem };
-      };
+      const fail = (problem: string): AuditVerifyResult => ({
+        ok: false,
+        files,
+        lines: count,
+        file,
+        line: n,
+        problem,
+      });
       if ("problem" in parsed) return fail(parsed.problem);
       const { record } = parsed;
       if (prevHash === undefined) {

@@ -296,6 +296,16 @@ describe("a line's text (decision 181)", () => {
     }
   });
 
+  it("verifies lines that hold U+2028 and U+2029, which JSON leaves as they are", async () => {
+    // Node 24's readline ended a line at them too: a sound log read as broken there.
+    const h = home();
+    const log = new AuditLog(h);
+    for (const reason of ["a\u2028b", "\u2029", "x\u2028\u2029y"])
+      log.record({ decision: "blocked", reason });
+    await log.close();
+    expect(await verifyAudit(h)).toMatchObject({ ok: true, lines: 3 });
+  });
+
   it("keeps whole lines and the chain across batches of long, short and multi-byte lines", async () => {
     const h = home();
     const log = new AuditLog(h);
