@@ -134,6 +134,10 @@ export function canonicalPath(raw: string): CanonicalPath {
     }
     plain = i;
   }
+  // Nothing escaped or decoded, no empty or dot segment: the path is its own canonical form
+  // (the usual case, without the split and join below).
+  if (plain === 0 && raw.charCodeAt(0) === 0x2f && !raw.includes("//") && !raw.includes("/."))
+    return { path: raw };
   out += raw.slice(plain);
   return { path: removeDotSegments(out) };
 }
