@@ -3,6 +3,9 @@
 import { createHmac } from "node:crypto";
 import type { ProviderRule } from "../rules/types.js";
 
+/** What every derived placeholder holds after its provider's prefix. */
+const DERIVED_MARK = "kbph-";
+
 const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 function base62(bytes: Buffer, length: number): string {
@@ -14,7 +17,7 @@ function base62(bytes: Buffer, length: number): string {
 export function placeholderFor(homeKey: Buffer, client: string, provider: ProviderRule): string {
   if (provider.placeholder.value !== undefined) return provider.placeholder.value;
   const mac = createHmac("sha256", homeKey).update(`placeholder\0${client}\0${provider.id}`).digest();
-  return `${provider.placeholder.prefix}kbph-${base62(mac, 32)}`;
+  return `${provider.placeholder.prefix}${DERIVED_MARK}${base62(mac, 32)}`;
 }
 
 export interface PlaceholderOwner {
@@ -33,6 +36,11 @@ export class PlaceholderIndex {
   /** client → provider → placeholder: found per request without building a key string. */
   readonly #byClient = new Map<string, Map<string, string>>();
   readonly pattern: RegExp | undefined;
+  /**
+   * Text every placeholder holds (`needleOf`): a text without it holds none, and a plain
+   * substring search says so for less than the pattern costs. Most header values are such texts.
+   */
+  readonly #needle: string | undefined;
 
   constructor(homeKey: Buffer, clients: readonly string[], providers: readonly ProviderRule[]) {
     for (const client of clients) {
@@ -56,6 +64,7 @@ export class PlaceholderIndex {
     }
     const all = [...this.#owners.keys()].sort((a, b) => b.length - a.length);
     this.pattern = all.length === 0 ? undefined : new RegExp(all.map(escapeRegExp).join("|"), "g");
+    this.#needle = needleOf(all);
   }
 
   get(client: string, provider: string): string | undefined {
@@ -74,12 +83,30 @@ export class PlaceholderIndex {
   /** Every placeholder found in `text`, in order (most texts have none: no array is made then). */
   find(text: string): readonly string[] {
     if (this.pattern === undefined) return NONE;
+    if (this.#needle !== undefined && !text.includes(this.#needle)) return NONE;
     this.pattern.lastIndex = 0;
     return text.match(this.pattern) ?? NONE;
   }
 }
 
 const NONE: readonly string[] = Object.freeze([]);
+
+/**
+ * A text every placeholder holds, long enough to be rare: their common start (fixed values
+ * often share one), else the mark derived ones hold after their provider's prefix; undefined
+ * when a fixed value holds neither.
+ */
+function needleOf(all: readonly string[]): string | undefined {
+  if (all.length === 0) return undefined;
+  let common = all[0]!;
+  for (const p of all) {
+    let n = 0;
+    while (n < common.length && n < p.length && common.charCodeAt(n) === p.charCodeAt(n)) n++;
+    common = common.slice(0, n);
+  }
+  if (common.length >= DERIVED_MARK.length) return common;
+  return all.every((p) => p.includes(DERIVED_MARK)) ? DERIVED_MARK : undefined;
+}
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
