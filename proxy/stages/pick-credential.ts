@@ -51,16 +51,29 @@ export function readBody(x: Exchange): void | Promise<void> {
     ? Math.max(SMALL_BODY, x.provider!.rule.pool.retryBodyLimit ?? DEFAULT_RETRY_BODY_LIMIT)
     : SMALL_BODY;
   if (length > limit) return;
-  return readAll(x);
+  return readAll(x, length);
 }
 
 /**
- * Reads the whole body into `x.body`, with listeners: an async iterator over the stream costs a
- * generator and several promises per request, a measurable share of the broker's allocations;
- * the one promise here is the one the pipeline waits on.
+ * Reads the whole body (of `length` bytes, declared) into `x.body`, with listeners: an async
+ * iterator over the stream costs a generator and several promises per request, a measurable
+ * share of the broker's allocations; the one promise here is the one the pipeline waits on.
  */
-function readAll(x: Exchange): Promise<void> {
+function readAll(x: Exchange, length: number): void | Promise<void> {
   const req = x.req;
+  // Usually the whole body came with the head and waits in the request already (node's
+  // IncomingMessage says `complete`): taken at once, without listeners or a promise.
+  if (
+    (req as { complete?: boolean }).complete === true &&
+    req.readableLength === length &&
+    req.readableFlowing !== true
+  ) {
+    const body = req.read(length) as Buffer | null;
+    if (body !== null) {
+      x.body = body;
+      return;
+    }
+  }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;

@@ -1,6 +1,6 @@
 // The request stages that plan and write the credential, and read or check the body, each on an
 // exchange built in the test (test/helpers/exchange.ts).
-import { Writable } from "node:stream";
+import { PassThrough, Writable } from "node:stream";
 import { beforeAll, describe, expect, it } from "vitest";
 import { BrokerError } from "../../../../core/errors.js";
 import { createLogger } from "../../../../core/log.js";
@@ -130,6 +130,36 @@ describe("readBody", () => {
     const single = matched({ host: "api.github.com", method: "POST", body: big });
     await readBody(single);
     expect(single.body).toBeUndefined();
+  });
+});
+
+describe("readBody, a body already whole in the request", () => {
+  /** `x` with its request replaced by a stream of `parts`, `complete` as node's IncomingMessage says. */
+  function withRequest(parts: string[], complete: boolean, end: boolean) {
+    const x = planned({ method: "POST", body: parts.join("") });
+    const req = Object.assign(new PassThrough(), { headers: x.req.headers, complete });
+    for (const p of parts) req.write(p);
+    if (end) req.end();
+    (x as { req: unknown }).req = req;
+    return { x, req };
+  }
+
+  it("takes a body that came whole at once, with no promise to wait on", async () => {
+    const { x } = withRequest(['{"model":', '"m"}'], true, true);
+    // Give the stream a turn to move what was written into its readable side.
+    await new Promise((r) => setImmediate(r));
+    expect(readBody(x)).toBeUndefined();
+    expect(x.body?.toString()).toBe('{"model":"m"}');
+  });
+
+  it("waits for a body still arriving, and gets all of it", async () => {
+    const { x, req } = withRequest(['{"model":'], false, false);
+    await new Promise((r) => setImmediate(r));
+    const pending = readBody(x);
+    expect(pending).toBeInstanceOf(Promise);
+    req.end('"m"}');
+    await pending;
+    expect(x.body?.toString()).toBe('{"model":"m"}');
   });
 });
 
