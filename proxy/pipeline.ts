@@ -166,7 +166,8 @@ export class Pipeline {
   async run(x: Exchange, upgrade?: Upgrade): Promise<void> {
     try {
       try {
-        await runStages(this.#stagesOf(x.rt.rules), x);
+        const pending = runStages(this.#stagesOf(x.rt.rules), x);
+        if (pending !== undefined) await pending;
       } catch (err) {
         if (!(err instanceof BrokerError)) throw err;
         const fell = this.#fallBack.beforeSending(x, err);

@@ -17,10 +17,15 @@ export type Verdict = typeof NEXT | typeof RESEND | typeof ANSWER;
 
 export type ResponseStage = (x: Exchange) => Verdict | Promise<Verdict>;
 
-export async function runStages(stages: readonly Stage[], x: Exchange): Promise<void> {
-  for (const stage of stages) {
-    const pending = stage(x);
-    if (pending !== undefined) await pending;
+/**
+ * Runs the stages in order: synchronously until one returns a promise, then the rest once it
+ * settles. A request whose stages are all synchronous (most) costs no promise and no await
+ * here. A stage's refusal is thrown as it is, or rejects the promise once one is under way.
+ */
+export function runStages(stages: readonly Stage[], x: Exchange, from = 0): void | Promise<void> {
+  for (let i = from; i < stages.length; i++) {
+    const pending = stages[i]!(x);
+    if (pending !== undefined) return pending.then(() => runStages(stages, x, i + 1));
   }
 }
 
