@@ -143,7 +143,7 @@ export function canonicalPath(raw: string): CanonicalPath {
 }
 
 /** Merges repeated slashes and resolves `.` and `..`; a path ending in one keeps its last '/'. */
-function removeDotSegments(path: string): string {
+export function removeDotSegments(path: string): string {
   const kept: string[] = [];
   const segments = path.split("/");
   for (const segment of segments) {
