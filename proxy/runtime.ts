@@ -104,6 +104,15 @@ export class Runtime {
   /** Wildcard patterns in rule order, each with the providers that list it. */
   readonly #wildcards: { pattern: HostPattern; providers: ProviderState[] }[] = [];
   readonly #mounts: { prefix: string; provider: ProviderState }[] = [];
+  /**
+   * The last host looked up and what it found. A client's requests come in runs to one host (a
+   * CONNECT tunnel carries one), so comparing two short strings usually stands in for building
+   * a `host:port` key and hashing it, twice a request (decision 190).
+   */
+  #lastHost = "";
+  #lastPort = -1;
+  #lastProviders: readonly ProviderState[] | undefined;
+  #lastEndpoints: Map<string, OAuthEndpoint> | undefined;
   readonly #scrubCache = new Map<string, ScrubPatterns>();
   /** The last patterns built for a credential object: found without building a key string. */
   readonly #scrubBySecret = new WeakMap<
@@ -202,10 +211,25 @@ export class Runtime {
    * several when they share the host, and the request's placeholder picks (decision 123).
    */
   providersForHost(host: string, port: number): readonly ProviderState[] | undefined {
-    const exact = this.#exactHosts.get(`${host}:${port}`);
-    if (exact !== undefined) return exact;
-    for (const w of this.#wildcards) if (hostMatches(w.pattern, host, port)) return w.providers;
-    return undefined;
+    if (host !== this.#lastHost || port !== this.#lastPort) this.#lookUp(host, port);
+    return this.#lastProviders;
+  }
+
+  #lookUp(host: string, port: number): void {
+    const key = `${host}:${port}`;
+    let providers = this.#exactHosts.get(key);
+    if (providers === undefined) {
+      for (const w of this.#wildcards) {
+        if (hostMatches(w.pattern, host, port)) {
+          providers = w.providers;
+          break;
+        }
+      }
+    }
+    this.#lastHost = host;
+    this.#lastPort = port;
+    this.#lastProviders = providers;
+    this.#lastEndpoints = this.#oauthEndpoints.size === 0 ? undefined : this.#oauthEndpoints.get(key);
   }
 
   /** Token and revocation endpoints named by person-login providers: an agent's sign-in there is taken into custody. */
@@ -234,12 +258,21 @@ export class Runtime {
 
   /** The OAuth endpoint at `host:port` and `path` (no query), if one is taken into custody. */
   oauthEndpoint(host: string, port: number, path: string): OAuthEndpoint | undefined {
-    return this.#oauthEndpoints.get(`${host}:${port}`)?.get(path);
+    if (this.#oauthEndpoints.size === 0) return undefined;
+    if (host !== this.#lastHost || port !== this.#lastPort) this.#lookUp(host, port);
+    return this.#lastEndpoints?.get(path);
+  }
+
+  /** Whether any token, revocation or check endpoint is taken into custody at `host:port`. */
+  hasOAuthEndpoints(host: string, port: number): boolean {
+    if (this.#oauthEndpoints.size === 0) return false;
+    if (host !== this.#lastHost || port !== this.#lastPort) this.#lookUp(host, port);
+    return this.#lastEndpoints !== undefined;
   }
 
   /** Whether a CONNECT to `host:port` is opened here: a provider's host or an OAuth endpoint's. */
   intercepts(host: string, port: number): boolean {
-    return this.providerForHost(host, port) !== undefined || this.#oauthEndpoints.has(`${host}:${port}`);
+    return this.providerForHost(host, port) !== undefined || this.hasOAuthEndpoints(host, port);
   }
 
   /** The first provider whose hosts include `host:port`: whether the host is intercepted. */

@@ -91,59 +91,69 @@ function answer(x: Exchange, status: number, body: unknown): never {
 }
 
 export function createAnswerTokenEndpoint(agent: () => Agent, log: Logger) {
-  return async function answerTokenEndpoint(x: Exchange): Promise<void> {
-    if (x.mode === "plain") return;
+  // Most requests are for no sign-in endpoint: that is settled without a promise (decision 190).
+  return function answerTokenEndpoint(x: Exchange): void | Promise<void> {
+    if (x.mode === "plain" || !x.rt.hasOAuthEndpoints(x.host, x.port)) return;
     const q = x.path.indexOf("?");
     const endpoint = x.rt.oauthEndpoint(x.host, x.port, q === -1 ? x.path : x.path.slice(0, q));
     // A token check may be a GET (userinfo); the token and revocation endpoints take POSTs only.
     if (endpoint === undefined || (x.method !== "POST" && endpoint.role !== "check")) return;
-    x.provider ??= endpoint.provider;
-    // A client that may not use the provider gets none of its logins (nor phantoms of them).
-    if (!x.rt.clientAllows(x.client, endpoint.provider.rule.id))
-      assertClientMayUse({ ...x, provider: endpoint.provider });
-    const raw = x.body ?? (await readCapped(x.req));
-    if (endpoint.role === "check" && raw.length === 0)
-      return forwardCheck(x, agent, { params: {}, json: false, empty: true }, endpoint);
-    const body = parseBody(raw, x.req.headers["content-type"]);
-    if (body === undefined) return forwardAndCapture(x, agent, raw, endpoint, log, true);
-    const phantoms = x.rt.phantoms;
-    if (endpoint.role === "check") return forwardCheck(x, agent, body, endpoint);
-    if (endpoint.role === "revoke") {
-      // A logout with a phantom: nothing to tell the server, the login stays (auth remove ends it).
-      if (Object.values(body.params).some((v) => phantoms.read(v) !== undefined)) answer(x, 200, {});
-      return forwardAndCapture(x, agent, raw, endpoint, log, true);
-    }
-    const provider = endpoint.provider.rule.id;
-    const spec = oauthOf(endpoint);
-    if (body.params.grant_type === "refresh_token") {
-      // Nous Portal's refresh carries its refresh token in a header, not the body (decision 175).
-      const token = body.params.refresh_token ?? headerOf(x.headers, spec?.refreshTokenHeader) ?? "";
-      const bound = phantoms.read(token);
-      if (bound !== undefined && bound.provider === provider)
-        return answerAtHome(x, provider, bound.id, log, spec?.apiBaseField);
-      if (bound !== undefined)
-        answer(x, 400, { error: "invalid_grant", error_description: "not a token of this server" });
-      const held = x.rt.logins?.members(provider).find((e) => e.login.refreshToken === token);
-      if (held !== undefined) return answerAtHome(x, provider, held.login.id, log, spec?.apiBaseField);
-      return forwardAndCapture(x, agent, raw, endpoint, log);
-    }
-    if (body.params.grant_type === TOKEN_EXCHANGE && !body.json) {
-      const bound = phantoms.read(body.params.subject_token ?? "");
-      if (bound !== undefined) {
-        const login = x.rt.logins?.get(bound.provider, bound.id)?.login;
-        const real = bound.kind === "id" ? login?.idToken : login?.accessToken;
-        if (bound.provider !== provider || real === undefined)
-          answer(x, 400, {
-            error: "invalid_grant",
-            error_description: "the token's login is gone: sign in again",
-          });
-        const form = new URLSearchParams(body.params);
-        form.set("subject_token", real);
-        return forwardExchange(x, agent, Buffer.from(form.toString()), endpoint, bound.id, log);
-      }
-    }
-    return forwardAndCapture(x, agent, raw, endpoint, log);
+    return takeIntoCustody(x, endpoint, agent, log);
   };
+}
+
+async function takeIntoCustody(
+  x: Exchange,
+  endpoint: OAuthEndpoint,
+  agent: () => Agent,
+  log: Logger,
+): Promise<void> {
+  x.provider ??= endpoint.provider;
+  // A client that may not use the provider gets none of its logins (nor phantoms of them).
+  if (!x.rt.clientAllows(x.client, endpoint.provider.rule.id))
+    assertClientMayUse({ ...x, provider: endpoint.provider });
+  const raw = x.body ?? (await readCapped(x.req));
+  if (endpoint.role === "check" && raw.length === 0)
+    return forwardCheck(x, agent, { params: {}, json: false, empty: true }, endpoint);
+  const body = parseBody(raw, x.req.headers["content-type"]);
+  if (body === undefined) return forwardAndCapture(x, agent, raw, endpoint, log, true);
+  const phantoms = x.rt.phantoms;
+  if (endpoint.role === "check") return forwardCheck(x, agent, body, endpoint);
+  if (endpoint.role === "revoke") {
+    // A logout with a phantom: nothing to tell the server, the login stays (auth remove ends it).
+    if (Object.values(body.params).some((v) => phantoms.read(v) !== undefined)) answer(x, 200, {});
+    return forwardAndCapture(x, agent, raw, endpoint, log, true);
+  }
+  const provider = endpoint.provider.rule.id;
+  const spec = oauthOf(endpoint);
+  if (body.params.grant_type === "refresh_token") {
+    // Nous Portal's refresh carries its refresh token in a header, not the body (decision 175).
+    const token = body.params.refresh_token ?? headerOf(x.headers, spec?.refreshTokenHeader) ?? "";
+    const bound = phantoms.read(token);
+    if (bound !== undefined && bound.provider === provider)
+      return answerAtHome(x, provider, bound.id, log, spec?.apiBaseField);
+    if (bound !== undefined)
+      answer(x, 400, { error: "invalid_grant", error_description: "not a token of this server" });
+    const held = x.rt.logins?.members(provider).find((e) => e.login.refreshToken === token);
+    if (held !== undefined) return answerAtHome(x, provider, held.login.id, log, spec?.apiBaseField);
+    return forwardAndCapture(x, agent, raw, endpoint, log);
+  }
+  if (body.params.grant_type === TOKEN_EXCHANGE && !body.json) {
+    const bound = phantoms.read(body.params.subject_token ?? "");
+    if (bound !== undefined) {
+      const login = x.rt.logins?.get(bound.provider, bound.id)?.login;
+      const real = bound.kind === "id" ? login?.idToken : login?.accessToken;
+      if (bound.provider !== provider || real === undefined)
+        answer(x, 400, {
+          error: "invalid_grant",
+          error_description: "the token's login is gone: sign in again",
+        });
+      const form = new URLSearchParams(body.params);
+      form.set("subject_token", real);
+      return forwardExchange(x, agent, Buffer.from(form.toString()), endpoint, bound.id, log);
+    }
+  }
+  return forwardAndCapture(x, agent, raw, endpoint, log);
 }
 
 /** The `oauth:` of the endpoint's provider. */

@@ -150,6 +150,25 @@ describe.runIf(H1_SERVER_AVAILABLE)("the intercepted connections' HTTP/1.1 serve
     expect(fallbackSaw).toEqual([]);
   });
 
+  it("hands a request on with the body bytes that came with its head already in it", async () => {
+    // What the handler finds when it is called, before it reads anything (decision 190).
+    const found: string[] = [];
+    const { port } = await setup((req, res) => {
+      const r = req as IncomingMessage & { readableLength: number };
+      found.push(`${req.url} complete=${req.complete} buffered=${r.readableLength}`);
+      void body(req).then((b) => res.end(`${req.url}=${b};`));
+    });
+    const c = await client(port);
+    // Head and whole body in one read; then a head with half its body, the rest later.
+    c.socket.write("POST /whole HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+    await c.until("/whole=hello;");
+    c.socket.write("POST /half HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\n\r\nabc");
+    await new Promise((r) => setTimeout(r, 20));
+    c.socket.write("def");
+    await c.until("/half=abcdef;");
+    expect(found).toEqual(["/whole complete=true buffered=5", "/half complete=false buffered=3"]);
+  });
+
   it("answers pipelined requests in order, starting each once the one before is answered", async () => {
     const started: string[] = [];
     const { port } = await setup((req, res) => {

@@ -35,3 +35,52 @@ describe("providers by host", () => {
     expect(rt.providerForHost("api.example.com", 443)?.rule.id).toBe("key");
   });
 });
+
+describe("host lookups one after another", () => {
+  // The runtime remembers its last lookup (decision 190): each answer must be the host's own,
+  // whatever was asked before it.
+  it("answer for the host and port asked, providers and sign-in endpoints alike", async () => {
+    const rt = await runtime(
+      [
+        "providers:",
+        "  a: { hosts: [a.example.com], credentials: [K] }",
+        "  b: { hosts: ['b.example.com:8443'], credentials: [S] }",
+        "  login:",
+        "    hosts: [login.example.com]",
+        "    oauth:",
+        "      device_authorization_endpoint: https://auth.example.com/device",
+        "      token_endpoint: https://auth.example.com/token",
+        "      client_id: app",
+        "",
+      ].join("\n"),
+    );
+    const asked: [string, number][] = [
+      ["a.example.com", 443],
+      ["b.example.com", 8443],
+      ["a.example.com", 443],
+      ["a.example.com", 8443],
+      ["b.example.com", 443],
+      ["auth.example.com", 443],
+      ["login.example.com", 443],
+      ["auth.example.com", 443],
+      ["a.example.com", 443],
+    ];
+    const seen = asked.map(([host, port]) => [
+      ids(rt, host, port)?.join(",") ?? "-",
+      rt.oauthEndpoint(host, port, "/token")?.role ?? "-",
+      rt.hasOAuthEndpoints(host, port),
+      rt.intercepts(host, port),
+    ]);
+    expect(seen).toEqual([
+      ["a", "-", false, true],
+      ["b", "-", false, true],
+      ["a", "-", false, true],
+      ["-", "-", false, false],
+      ["-", "-", false, false],
+      ["-", "token", true, true],
+      ["login", "-", false, true],
+      ["-", "token", true, true],
+      ["a", "-", false, true],
+    ]);
+  });
+});
