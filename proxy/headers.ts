@@ -4,7 +4,6 @@ import type { IncomingHttpHeaders } from "node:http";
 
 export type HeaderList = string[];
 
-/** Hop-by-hop and proxy headers: never forwarded in either direction (RFC 9110 §7.6.1). */
 /** Header fields HTTP/2 forbids (RFC 9113 §8.2.2), besides `host` (`:authority` there). */
 export const CONNECTION_SPECIFIC = new Set([
   "connection",
@@ -15,19 +14,29 @@ export const CONNECTION_SPECIFIC = new Set([
   "http2-settings",
 ]);
 
-const HOP_BY_HOP = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-  "expect",
-  "http2-settings",
-]);
+/**
+ * Hop-by-hop and proxy headers: never forwarded in either direction (RFC 9110 §7.6.1). A
+ * `switch` rather than a Set: a name fresh from the wire would be hashed for the Set, while most
+ * names fail the switch's tests on their length alone (decision 190).
+ */
+export function isHopByHop(name: string): boolean {
+  switch (name) {
+    case "connection":
+    case "keep-alive":
+    case "proxy-connection":
+    case "proxy-authorization":
+    case "proxy-authenticate":
+    case "te":
+    case "trailer":
+    case "transfer-encoding":
+    case "upgrade":
+    case "expect":
+    case "http2-settings":
+      return true;
+    default:
+      return false;
+  }
+}
 
 function connectionTokens(value: string | string[] | undefined): Set<string> | undefined {
   if (value === undefined) return undefined;
@@ -49,7 +58,7 @@ export function forwardableRequestHeaders(
   const out: HeaderList = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(name) || named?.has(name)) continue;
+    if (isHopByHop(name) || named?.has(name)) continue;
     out.push(name, raw[i + 1]!);
   }
   return out;
@@ -61,7 +70,7 @@ export function forwardableResponseHeaders(headers: IncomingHttpHeaders): Record
   const out: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
+    if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
     out[name] = value;
   }
   return out;

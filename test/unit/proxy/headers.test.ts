@@ -3,10 +3,33 @@ import {
   forwardableRequestHeaders,
   forwardableResponseHeaders,
   getHeader,
+  isHopByHop,
   setHeader,
 } from "../../../proxy/headers.js";
 
 describe("hop-by-hop headers", () => {
+  it("are exactly RFC 9110's connection headers, the proxy ones, expect and http2-settings", () => {
+    const hop = [
+      "connection",
+      "keep-alive",
+      "proxy-connection",
+      "proxy-authorization",
+      "proxy-authenticate",
+      "te",
+      "trailer",
+      "transfer-encoding",
+      "upgrade",
+      "expect",
+      "http2-settings",
+    ];
+    // Names that differ by a letter, a suffix or their case are end-to-end (names come lower-cased).
+    const not = ["t", "tee", "trailers", "connections", "x-upgrade", "upgrad", "Connection", "host", ""];
+    expect(hop.filter(isHopByHop)).toEqual(hop);
+    expect(not.filter(isHopByHop)).toEqual([]);
+    const raw = hop.flatMap((h) => [h, "1"]).concat(["x-a", "2"]);
+    expect(forwardableRequestHeaders(raw, undefined)).toEqual(["x-a", "2"]);
+  });
+
   it("drops hop-by-hop and proxy headers from requests, and those named in Connection", () => {
     const raw = [
       "Host",
