@@ -97,6 +97,15 @@ export function hasBody(x: Exchange): boolean {
   return len !== undefined && len !== "0";
 }
 
+/** The head and first chunks of an answer `hold` keeps back, while it may still be an error body. */
+interface Held {
+  status: number;
+  statusMessage: string;
+  headers: IncomingHttpHeaders;
+  chunks: Buffer[];
+  size: number;
+}
+
 /**
  * Forwards the exchange. Resolves when the response has been fully written (or the exchange
  * ended early); rejects with a BrokerError only when nothing has been sent to the client yet.
@@ -110,139 +119,9 @@ export function forward(
   head: readonly HeadStage[],
 ): Promise<ForwardResult> {
   return new Promise((resolve, reject) => {
-    const { req, res } = x;
-    const result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
-    let controller: Dispatcher.DispatchController | undefined;
-    let done = false;
-    let sentAt = 0;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      x.upstreamMs += performance.now() - sentAt;
-      resolve(result);
-    };
-    const fail = (failure: unknown) => {
-      if (done) return;
-      // A stage that cut the request body off says why (undici may report only the abort).
-      const err = x.refusedBody ?? failure;
-      if (!res.headersSent) {
-        done = true;
-        x.upstreamMs += performance.now() - sentAt;
-        reject(upstreamError(err, x));
-      } else {
-        // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
-        const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
-        if (rst !== undefined && res.reset !== undefined) res.reset(rst);
-        else res.destroy();
-        finish();
-      }
-    };
-    const onClose = () => {
-      if (!res.writableFinished && controller !== undefined && !controller.aborted) {
-        controller.abort(new Error("client closed the connection"));
-      }
-      finish();
-    };
-    res.once("close", onClose);
-    const patterns = x.rt.scrubPatterns(x);
-    let sink: BodySink | undefined;
-    const resume = () => controller?.resume();
-
-    // The request body streams straight into undici, which pauses it for backpressure. Adding
-    // a 'data' listener here would switch it to flowing mode and lose chunks.
-    const body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
-    result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
-    let held:
-      | {
-          status: number;
-          statusMessage: string;
-          headers: IncomingHttpHeaders;
-          chunks: Buffer[];
-          size: number;
-        }
-      | undefined;
-    const release = () => {
-      // The held part grew too large to be an error body: send it and stream the rest.
-      const h = held!;
-      held = undefined;
-      sink = startResponse(res, h.status, h.statusMessage, h.headers, patterns);
-      for (const chunk of h.chunks) sink.write(chunk);
-    };
-    /** Runs a step that may refuse the answer (a body keybroker cannot scrub): abort, then. */
-    const orAbort = (c: Dispatcher.DispatchController, step: () => void): boolean => {
-      try {
-        step();
-        return true;
-      } catch (err) {
-        c.abort(err as Error);
-        return false;
-      }
-    };
-
-    const handler: Dispatcher.DispatchHandler = {
-      onRequestStart(c) {
-        controller = c;
-        if (res.destroyed) c.abort(new Error("client closed the connection"));
-      },
-      onResponseStart(c, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string) {
-        if (statusCode < 200) return;
-        result.status = statusCode;
-        for (let i = 0; i < head.length; i++) head[i]!(x, headers);
-        if (res.destroyed) {
-          c.abort(new Error("client closed the connection"));
-          return;
-        }
-        if (hold?.(statusCode)) {
-          held = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
-          return;
-        }
-        orAbort(c, () => {
-          sink = startResponse(res, statusCode, statusMessage ?? "", headers, patterns);
-        });
-      },
-      onResponseData(c, chunk: Buffer) {
-        result.bytesIn += chunk.length;
-        noteStreamed(chunk.length);
-        if (held !== undefined) {
-          held.chunks.push(chunk);
-          held.size += chunk.length;
-          if (held.size <= HOLD_LIMIT) return;
-          orAbort(c, release);
-          return;
-        }
-        if (sink !== undefined && !sink.write(chunk)) {
-          c.pause();
-          sink.onceDrain(resume);
-        }
-      },
-      onResponseEnd(_c, trailers: IncomingHttpHeaders) {
-        if (held !== undefined) {
-          result.held = {
-            status: held.status,
-            statusMessage: held.statusMessage,
-            headers: held.headers,
-            body: Buffer.concat(held.chunks),
-          };
-          held = undefined;
-          res.off("close", onClose);
-          finish();
-          return;
-        }
-        // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries
-        // them only when chunked, as node writes them.
-        for (const _ in trailers) {
-          res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
-          break;
-        }
-        if (sink === undefined) res.end();
-        else sink.end(finish);
-      },
-      onResponseError(_c, err: Error) {
-        fail(err);
-      },
-    };
+    const call = new Forwarding(x, hold, head, resolve, reject);
     const timeout = upstreamTimeoutMs(x);
-    sentAt = performance.now();
+    call.sentAt = performance.now();
     try {
       agent.dispatch(
         {
@@ -250,14 +129,178 @@ export function forward(
           path: x.path,
           method: x.method,
           headers: x.headers,
-          body,
+          body: call.body,
           headersTimeout: timeout,
           bodyTimeout: timeout,
         },
-        handler,
+        call,
       );
     } catch (err) {
-      fail(err);
+      call.fail(err);
     }
   });
+}
+
+/**
+ * One request's dispatch handler. Its state is fields and its steps are methods rather than a
+ * closure each, made for every request (decision 190); the upstream clients call the `on*`
+ * methods on it.
+ */
+class Forwarding implements Dispatcher.DispatchHandler {
+  readonly result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
+  /**
+   * The request body streams straight into the upstream client, which pauses it for
+   * backpressure. Adding a 'data' listener here would switch it to flowing mode and lose chunks.
+   */
+  readonly body: NonNullable<Exchange["body"] | Exchange["bodyStream"]> | Exchange["req"] | null;
+  readonly #patterns: ReturnType<Exchange["rt"]["scrubPatterns"]>;
+  #controller: Dispatcher.DispatchController | undefined;
+  #done = false;
+  sentAt = 0;
+  #sink: BodySink | undefined;
+  #held: Held | undefined;
+  #resume: (() => void) | undefined;
+
+  constructor(
+    readonly x: Exchange,
+    readonly hold: ((status: number) => boolean) | undefined,
+    readonly head: readonly HeadStage[],
+    readonly resolve: (result: ForwardResult) => void,
+    readonly reject: (err: unknown) => void,
+  ) {
+    const { req, res } = x;
+    res.once("close", this.#onClose);
+    this.#patterns = x.rt.scrubPatterns(x);
+    this.body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
+    this.result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
+  }
+
+  readonly finish = (): void => {
+    if (this.#done) return;
+    this.#done = true;
+    this.x.upstreamMs += performance.now() - this.sentAt;
+    this.resolve(this.result);
+  };
+
+  fail(failure: unknown): void {
+    if (this.#done) return;
+    const { x } = this;
+    const res = x.res;
+    // A stage that cut the request body off says why (undici may report only the abort).
+    const err = x.refusedBody ?? failure;
+    if (!res.headersSent) {
+      this.#done = true;
+      x.upstreamMs += performance.now() - this.sentAt;
+      this.reject(upstreamError(err, x));
+    } else {
+      // An HTTP/2 client gets the upstream's own RST_STREAM code (a gRPC status depends on it).
+      const rst = (failure as { rstCode?: number } | undefined)?.rstCode;
+      if (rst !== undefined && res.reset !== undefined) res.reset(rst);
+      else res.destroy();
+      this.finish();
+    }
+  }
+
+  readonly #onClose = (): void => {
+    const c = this.#controller;
+    if (!this.x.res.writableFinished && c !== undefined && !c.aborted) {
+      c.abort(new Error("client closed the connection"));
+    }
+    this.finish();
+  };
+
+  /** Starts the answer toward the client; a body keybroker cannot scrub aborts the request. */
+  #start(
+    c: Dispatcher.DispatchController,
+    status: number,
+    message: string,
+    headers: IncomingHttpHeaders,
+  ): boolean {
+    try {
+      this.#sink = startResponse(this.x.res, status, message, headers, this.#patterns);
+      return true;
+    } catch (err) {
+      c.abort(err as Error);
+      return false;
+    }
+  }
+
+  onRequestStart(c: Dispatcher.DispatchController): void {
+    this.#controller = c;
+    if (this.x.res.destroyed) c.abort(new Error("client closed the connection"));
+  }
+
+  onResponseStart(
+    c: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: IncomingHttpHeaders,
+    statusMessage?: string,
+  ): void {
+    if (statusCode < 200) return;
+    const { x, head } = this;
+    this.result.status = statusCode;
+    for (let i = 0; i < head.length; i++) head[i]!(x, headers);
+    if (x.res.destroyed) {
+      c.abort(new Error("client closed the connection"));
+      return;
+    }
+    if (this.hold?.(statusCode)) {
+      this.#held = { status: statusCode, statusMessage: statusMessage ?? "", headers, chunks: [], size: 0 };
+      return;
+    }
+    this.#start(c, statusCode, statusMessage ?? "", headers);
+  }
+
+  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.result.bytesIn += chunk.length;
+    noteStreamed(chunk.length);
+    const held = this.#held;
+    if (held !== undefined) {
+      held.chunks.push(chunk);
+      held.size += chunk.length;
+      if (held.size <= HOLD_LIMIT) return;
+      // The held part grew too large to be an error body: send it and stream the rest.
+      this.#held = undefined;
+      if (this.#start(c, held.status, held.statusMessage, held.headers)) {
+        for (const part of held.chunks) this.#sink!.write(part);
+      }
+      return;
+    }
+    const sink = this.#sink;
+    if (sink !== undefined && !sink.write(chunk)) {
+      c.pause();
+      this.#resume ??= () => this.#controller?.resume();
+      sink.onceDrain(this.#resume);
+    }
+  }
+
+  onResponseEnd(_c: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
+    const { x } = this;
+    const held = this.#held;
+    if (held !== undefined) {
+      this.result.held = {
+        status: held.status,
+        statusMessage: held.statusMessage,
+        headers: held.headers,
+        body: Buffer.concat(held.chunks),
+      };
+      this.#held = undefined;
+      x.res.off("close", this.#onClose);
+      this.finish();
+      return;
+    }
+    // Trailers (gRPC's status) go out scrubbed, after the body; an HTTP/1.1 answer carries
+    // them only when chunked, as node writes them.
+    for (const _ in trailers) {
+      const patterns = this.#patterns;
+      x.res.addTrailers?.(patterns?.active ? scrubHeaders(patterns, trailers) : trailers);
+      break;
+    }
+    if (this.#sink === undefined) x.res.end();
+    else this.#sink.end(this.finish);
+  }
+
+  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    this.fail(err);
+  }
 }
