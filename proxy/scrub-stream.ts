@@ -252,6 +252,12 @@ export class ScrubPatterns {
    * encoding it.
    */
   readonly #asciiForms: readonly string[] | undefined;
+  /**
+   * The shortest of the ASCII forms. A text shorter holds none of them, nor a JSON spelling of a
+   * secret, which is at least as long as the secret's own form (decision 190): most header
+   * names and values are shorter than any key.
+   */
+  readonly #shortest: number;
 
   /**
    * `fitLength`: every replacement is cut or padded with `*` to the length of what it
@@ -308,6 +314,8 @@ export class ScrubPatterns {
     this.#asciiForms = forms.every((f) => f.bytes.every((b) => b < 0x80))
       ? forms.map((f) => f.bytes.toString("latin1"))
       : undefined;
+    // Sorted longest first: the last is the shortest.
+    this.#shortest = this.#asciiForms === undefined ? 0 : (forms.at(-1)?.bytes.length ?? 0);
     for (const f of this.#forms) {
       const first = f.bytes[0]!;
       const bucket = this.#byFirst[first] ?? [];
@@ -496,6 +504,7 @@ export class ScrubPatterns {
     if (!this.active) return value;
     const ascii = this.#asciiForms;
     if (ascii !== undefined) {
+      if (value.length < this.#shortest) return value;
       let found = this.#json.length > 0 && value.includes("\\");
       for (let i = 0; i < ascii.length && !found; i++) found = value.includes(ascii[i]!);
       if (!found) return value;

@@ -132,6 +132,36 @@ describe("ResponseScrubber: headers", () => {
   });
 });
 
+describe("ScrubPatterns.scrubText: texts shorter than any form", () => {
+  // Shorter than every form is left alone without a search (decision 190); the same text as a
+  // whole buffer is searched in full, so the two must agree on every text.
+  it("agrees with a full search on every slice of texts holding each form", () => {
+    const key = "kq7-Zp2x";
+    const p = new ScrubPatterns([{ secret: key, replacement: "PLACEHLD" }]);
+    const texts = [
+      `id ${key} end`,
+      `x${Buffer.from(key).toString("base64")}y`,
+      `a${Buffer.from(`:${key}`).toString("base64")}b`,
+      `{"k":"${uEscaped(key)}"}`,
+      `v=${encodeURIComponent(key)}`,
+    ];
+    let scrubbed = 0;
+    for (const text of texts) {
+      for (let i = 0; i <= text.length; i++) {
+        for (let j = i; j <= text.length; j++) {
+          const v = text.slice(i, j);
+          const got = p.scrubText(v);
+          expect(got).toBe(p.scrubBuffer(Buffer.from(v)).toString());
+          if (got !== v) scrubbed++;
+        }
+      }
+    }
+    expect(scrubbed).toBeGreaterThan(50);
+    expect(p.scrubText(key)).toBe("PLACEHLD");
+    expect(p.scrubText(key.slice(1))).toBe(key.slice(1));
+  });
+});
+
 describe("ResponseScrubber: streaming", () => {
   const whole = patterns.scrubBuffer(BODY);
 
