@@ -8,12 +8,12 @@ import type { Exchange } from "../exchange.js";
 
 export function findPhantoms(x: Exchange): void {
   let found: ReturnType<Exchange["rt"]["phantoms"]["find"]> | undefined;
-  const look = (text: string) => {
-    if (!Phantoms.mayHold(text)) return;
-    found = [...(found ?? []), ...x.rt.phantoms.find(text)];
-  };
-  look(x.path);
-  for (let i = 1; i < x.headers.length; i += 2) look(x.headers[i]!);
+  if (Phantoms.mayHold(x.path)) found = x.rt.phantoms.find(x.path);
+  const headers = x.headers;
+  for (let i = 1; i < headers.length; i += 2) {
+    const value = headers[i]!;
+    if (Phantoms.mayHold(value)) found = [...(found ?? []), ...x.rt.phantoms.find(value)];
+  }
   if (found === undefined) return;
   for (const { token, binding } of found) {
     if (x.provider === undefined && x.sharedHost !== undefined)

@@ -24,6 +24,8 @@ export interface PhantomBinding {
 
 /** The start of every phantom JWT: base64url of `{"kbl":`. */
 const JWT_MARK = "eyJrYmwiOi";
+/** The length of PHANTOM_PATTERN's shortest match. */
+const SHORTEST_PHANTOM = "kbph_".length + 4 + 1 + 22;
 /** Prefixes agents and servers may look for, kept in front of an opaque phantom. */
 const KEPT_PREFIX = /^(?:sk-ant-[a-z]{3}\d\d-|ya29\.|1\/\/)/;
 
@@ -123,8 +125,12 @@ export class Phantoms {
     return out;
   }
 
-  /** Whether a text holds anything shaped like a phantom (ours or not): cheap, no regex. */
+  /**
+   * Whether a text holds anything shaped like a phantom (ours or not): cheap, no regex. The
+   * shortest text PHANTOM_PATTERN matches is `kbph_`, 4 characters, a dot and a 22-character
+   * MAC: most header values are shorter, and need no search (decision 190).
+   */
   static mayHold(text: string): boolean {
-    return text.includes("kbph_") || text.includes(JWT_MARK);
+    return text.length >= SHORTEST_PHANTOM && (text.includes("kbph_") || text.includes(JWT_MARK));
   }
 }

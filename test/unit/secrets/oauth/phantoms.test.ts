@@ -37,6 +37,20 @@ describe("phantoms", () => {
     expect(p.find(`Bearer ${ph}`)).toEqual([{ token: ph, binding: { ...b, provider: "claude-oauth" } }]);
   });
 
+  it("mayHold skips only texts too short for any phantom's shape", () => {
+    // The shortest text of a phantom's shape (decision 190): `kbph_`, 4 characters, a dot, 22.
+    const shortest = `kbph_abcd.${"m".repeat(22)}`;
+    expect(p.find(shortest)).toEqual([]); // shaped like one, signed by no one
+    expect(Phantoms.mayHold(shortest)).toBe(true);
+    expect(Phantoms.mayHold(shortest.slice(1))).toBe(false);
+    expect(Phantoms.mayHold(`Bearer ${p.make("x", b)}`)).toBe(true);
+    const real = jwt({ alg: "RS256" }, { exp: 1 });
+    expect(Phantoms.mayHold(p.make(real, b))).toBe(true);
+    for (const token of ["ya29.realtoken", "1//refresh", "sk-ant-oat01-realrealreal"]) {
+      expect(Phantoms.mayHold(p.make(token, b))).toBe(true);
+    }
+  });
+
   it("a tampered, truncated or other home's phantom is not one", () => {
     const opaque = p.make("ya29.real", { ...b, provider: "gemini-oauth" });
     const token = p.make(jwt({ alg: "RS256" }, { exp: 1 }), b);
