@@ -41,6 +41,8 @@ export class PlaceholderIndex {
    * substring search says so for less than the pattern costs. Most header values are such texts.
    */
   readonly #needle: string | undefined;
+  /** The shortest placeholder: a shorter text holds none (decision 190). */
+  readonly #shortest: number;
 
   constructor(homeKey: Buffer, clients: readonly string[], providers: readonly ProviderRule[]) {
     for (const client of clients) {
@@ -65,6 +67,7 @@ export class PlaceholderIndex {
     const all = [...this.#owners.keys()].sort((a, b) => b.length - a.length);
     this.pattern = all.length === 0 ? undefined : new RegExp(all.map(escapeRegExp).join("|"), "g");
     this.#needle = needleOf(all);
+    this.#shortest = all.at(-1)?.length ?? 0;
   }
 
   get(client: string, provider: string): string | undefined {
@@ -82,7 +85,7 @@ export class PlaceholderIndex {
 
   /** Every placeholder found in `text`, in order (most texts have none: no array is made then). */
   find(text: string): readonly string[] {
-    if (this.pattern === undefined) return NONE;
+    if (this.pattern === undefined || text.length < this.#shortest) return NONE;
     if (this.#needle !== undefined && !text.includes(this.#needle)) return NONE;
     this.pattern.lastIndex = 0;
     return text.match(this.pattern) ?? NONE;

@@ -55,4 +55,20 @@ describe("PlaceholderIndex.find", () => {
     expect(index.find("x PLACEHOLDER-BENCH-WILD y")).toEqual(["PLACEHOLDER-BENCH-WILD"]);
     expect(index.find("PLACEHOLDER-BENCH-")).toEqual([]);
   });
+
+  it("finds a placeholder that is the whole text, the shortest of several included", () => {
+    // A text shorter than every placeholder is not searched (decision 190): the bound is the
+    // shortest one, found exactly when it is the whole text.
+    const index = new PlaceholderIndex(
+      KEY,
+      ["a"],
+      [
+        provider("long", { value: "a-much-longer-placeholder-0001" }),
+        provider("short", { value: "ph-0002" }),
+      ],
+    );
+    expect(index.find("ph-0002")).toEqual(["ph-0002"]);
+    expect(index.find("ph-000")).toEqual([]);
+    expect(index.find("a-much-longer-placeholder-0001")).toEqual(["a-much-longer-placeholder-0001"]);
+  });
 });
