@@ -6,8 +6,9 @@ import { Runtime } from "../../../proxy/runtime.js";
 import { parseRules } from "../../../rules/load.js";
 import { createSecretResolver } from "../../../secrets/sources.js";
 
-async function runtime(yaml: string, env: Record<string, string> = {}): Promise<Runtime> {
-  const rules = parseRules(`version: 1\ncatalogue: false\n${yaml}`, "test", tmpdir());
+/** A runtime for a rule file's lines after `version` and `catalogue`. */
+async function runtime(lines: readonly string[], env: Record<string, string> = {}): Promise<Runtime> {
+  const rules = parseRules(`version: 1\ncatalogue: false\n${lines.join("\n")}\n`, "test", tmpdir());
   const resolver = createSecretResolver(rules, { env, home: tmpdir(), cwd: tmpdir(), warn: () => {} });
   return Runtime.build(rules, resolver, Buffer.alloc(32, 1));
 }
@@ -16,17 +17,14 @@ const ids = (rt: Runtime, host: string, port = 443) => rt.providersForHost(host,
 
 describe("providers by host", () => {
   it("gives every provider of a shared host, in rule order, and one for a host of its own", async () => {
-    const rt = await runtime(
-      [
-        "providers:",
-        "  key: { hosts: [api.example.com, only.example.com], credentials: [K] }",
-        "  sub: { hosts: [api.example.com], credentials: [S] }",
-        "  wild-a: { hosts: ['*.w.example.com'], credentials: [K] }",
-        "  wild-b: { hosts: ['*.w.example.com'], credentials: [S] }",
-        "  narrow: { hosts: ['x.w.example.com'], credentials: [K] }",
-        "",
-      ].join("\n"),
-    );
+    const rt = await runtime([
+      "providers:",
+      "  key: { hosts: [api.example.com, only.example.com], credentials: [K] }",
+      "  sub: { hosts: [api.example.com], credentials: [S] }",
+      "  wild-a: { hosts: ['*.w.example.com'], credentials: [K] }",
+      "  wild-b: { hosts: ['*.w.example.com'], credentials: [S] }",
+      "  narrow: { hosts: ['x.w.example.com'], credentials: [K] }",
+    ]);
     expect(ids(rt, "api.example.com")).toEqual(["key", "sub"]);
     expect(ids(rt, "only.example.com")).toEqual(["key"]);
     expect(ids(rt, "y.w.example.com")).toEqual(["wild-a", "wild-b"]);
@@ -40,20 +38,17 @@ describe("host lookups one after another", () => {
   // The runtime remembers its last lookup (decision 190): each answer must be the host's own,
   // whatever was asked before it.
   it("answer for the host and port asked, providers and sign-in endpoints alike", async () => {
-    const rt = await runtime(
-      [
-        "providers:",
-        "  a: { hosts: [a.example.com], credentials: [K] }",
-        "  b: { hosts: ['b.example.com:8443'], credentials: [S] }",
-        "  login:",
-        "    hosts: [login.example.com]",
-        "    oauth:",
-        "      device_authorization_endpoint: https://auth.example.com/device",
-        "      token_endpoint: https://auth.example.com/token",
-        "      client_id: app",
-        "",
-      ].join("\n"),
-    );
+    const rt = await runtime([
+      "providers:",
+      "  a: { hosts: [a.example.com], credentials: [K] }",
+      "  b: { hosts: ['b.example.com:8443'], credentials: [S] }",
+      "  login:",
+      "    hosts: [login.example.com]",
+      "    oauth:",
+      "      device_authorization_endpoint: https://auth.example.com/device",
+      "      token_endpoint: https://auth.example.com/token",
+      "      client_id: app",
+    ]);
     const asked: [string, number][] = [
       ["a.example.com", 443],
       ["b.example.com", 8443],

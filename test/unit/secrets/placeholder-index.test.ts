@@ -10,6 +10,13 @@ const provider = (id: string, placeholder: { value?: string; prefix?: string }) 
     id,
     placeholder: { prefix: placeholder.prefix ?? "", value: placeholder.value },
   }) as unknown as ProviderRule;
+/** An index of fixed placeholder values, one provider each, for one client. */
+const fixed = (...values: string[]) =>
+  new PlaceholderIndex(
+    KEY,
+    ["a"],
+    values.map((value, i) => provider(`p${i}`, { value })),
+  );
 
 describe("PlaceholderIndex.find", () => {
   it("finds derived placeholders wherever they are, and nothing in text without one", () => {
@@ -43,14 +50,7 @@ describe("PlaceholderIndex.find", () => {
   });
 
   it("looks for fixed placeholders by the start they share, and finds each", () => {
-    const index = new PlaceholderIndex(
-      KEY,
-      ["a"],
-      [
-        provider("one", { value: "PLACEHOLDER-BENCH-LOCAL" }),
-        provider("two", { value: "PLACEHOLDER-BENCH-WILD" }),
-      ],
-    );
+    const index = fixed("PLACEHOLDER-BENCH-LOCAL", "PLACEHOLDER-BENCH-WILD");
     expect(index.find("Bearer PLACEHOLDER-BENCH-LOCAL")).toEqual(["PLACEHOLDER-BENCH-LOCAL"]);
     expect(index.find("x PLACEHOLDER-BENCH-WILD y")).toEqual(["PLACEHOLDER-BENCH-WILD"]);
     expect(index.find("PLACEHOLDER-BENCH-")).toEqual([]);
@@ -59,14 +59,7 @@ describe("PlaceholderIndex.find", () => {
   it("finds a placeholder that is the whole text, the shortest of several included", () => {
     // A text shorter than every placeholder is not searched (decision 190): the bound is the
     // shortest one, found exactly when it is the whole text.
-    const index = new PlaceholderIndex(
-      KEY,
-      ["a"],
-      [
-        provider("long", { value: "a-much-longer-placeholder-0001" }),
-        provider("short", { value: "ph-0002" }),
-      ],
-    );
+    const index = fixed("a-much-longer-placeholder-0001", "ph-0002");
     expect(index.find("ph-0002")).toEqual(["ph-0002"]);
     expect(index.find("ph-000")).toEqual([]);
     expect(index.find("a-much-longer-placeholder-0001")).toEqual(["a-much-longer-placeholder-0001"]);
