@@ -32,7 +32,7 @@ import {
   type AuditRecord,
   SECURITY_DECISIONS,
 } from "./audit-entry.js";
-import { Encoded, isoTime, serialize, sha256, timeMs } from "./audit-line.js";
+import { Encoded, isoTime, type LineScrubber, serialize, sha256, timeMs } from "./audit-line.js";
 
 export {
   AUDIT_DECISIONS,
@@ -54,7 +54,7 @@ export interface AuditLogOptions {
   /** Query parameters stripped from every entry's path, on top of each entry's own list. */
   readonly stripParams?: readonly string[];
   /** The last net: every serialized line passes through it (default: the known-secret registry). */
-  readonly scrub?: (line: string) => string;
+  readonly scrubber?: LineScrubber;
   /** Writes began to fail (disk full, …): called once, not per batch. The chain stays intact. */
   readonly onError?: (err: Error) => void;
   /** Writing works again; `gap` is what the `gap` line just written records. */
@@ -154,7 +154,7 @@ export class AuditLog {
   readonly #maxBytes: number;
   readonly #keep: number;
   readonly #strip: readonly string[];
-  readonly #scrub: (line: string) => string;
+  readonly #scrub: LineScrubber;
   readonly #onError: (err: Error) => void;
   readonly #onResume: (gap: AuditGap | undefined) => void;
   readonly #onWarn: (message: string) => void;
@@ -188,7 +188,7 @@ export class AuditLog {
     this.#maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
     this.#keep = Math.max(0, opts.keep ?? DEFAULT_KEEP);
     this.#strip = opts.stripParams ?? [];
-    this.#scrub = opts.scrub ?? ((line) => knownSecrets.scrub(line));
+    this.#scrub = opts.scrubber ?? knownSecrets;
     this.#onError =
       opts.onError ??
       ((err) => process.stderr.write(knownSecrets.scrub(`keybroker: audit log: ${err.message}\n`)));

@@ -63,6 +63,9 @@ export class Scrubber {
   #pattern: RegExp | undefined;
   /** Every JSON spelling of the values; run only over text holding a backslash. */
   #json: RegExp | undefined;
+  /** The shortest form of any value, and whether any form holds a `"` (for `withinStrings`). */
+  #shortest = Number.POSITIVE_INFINITY;
+  #quote = false;
 
   add(value: string): void {
     if (value.length < MIN_LENGTH || this.#values.has(value)) return;
@@ -70,6 +73,8 @@ export class Scrubber {
     const all = [...this.#values].flatMap(secretForms).sort((a, b) => b.length - a.length);
     this.#pattern = new RegExp(all.map(escapeRegExp).join("|"), "g");
     this.#json = new RegExp([...this.#values].map(jsonSpellings).join("|"), "g");
+    this.#shortest = all.at(-1)!.length;
+    this.#quote = all.some((f) => f.includes('"'));
   }
 
   get size(): number {
@@ -83,6 +88,26 @@ export class Scrubber {
     if (this.#json === undefined || !scrubbed.includes("\\")) return scrubbed;
     this.#json.lastIndex = 0;
     return scrubbed.replace(this.#json, "[REDACTED]");
+  }
+
+  /**
+   * Whether a form can only be found inside one of a JSON text's string values, given that no
+   * other run of its characters between two quotes is longer than `longest`: true when every
+   * form is longer than that and none holds a quote. The audit line uses it to look for forms in
+   * its fields alone rather than in the whole line (decision 191).
+   */
+  withinStrings(longest: number): boolean {
+    return !this.#quote && this.#shortest > longest;
+  }
+
+  /** Whether `text` holds no form of any value: `scrub` would give it back unchanged. */
+  clean(text: string): boolean {
+    if (this.#pattern === undefined) return true;
+    this.#pattern.lastIndex = 0;
+    if (this.#pattern.test(text)) return false;
+    if (this.#json === undefined || !text.includes("\\")) return true;
+    this.#json.lastIndex = 0;
+    return !this.#json.test(text);
   }
 }
 

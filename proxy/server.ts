@@ -173,7 +173,7 @@ export class Broker implements AdminHost {
       ? new AuditTrail(opts.home, {
           maxBytes: audit.maxBytes,
           keep: audit.keep,
-          scrub: (line) => knownSecrets.scrub(line),
+          scrubber: knownSecrets,
           onError: (err) => opts.log.error(`audit log: ${err.message}`),
           onResume: (gap) =>
             opts.log.warn(

@@ -84,7 +84,7 @@ async function auditWithoutBroker(
   const trail = new AuditTrail(ctx.home, {
     maxBytes: rules.audit.maxBytes,
     keep: rules.audit.keep,
-    scrub: (line) => knownSecrets.scrub(line),
+    scrubber: knownSecrets,
     onError: (err) => ctx.err(`warning: the audit log cannot be written: ${err.message}`),
   });
   trail.record({

@@ -13,7 +13,7 @@ import {
   rotatedAuditFile,
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
-import { knownSecrets } from "../../../core/scrub.js";
+import { knownSecrets, Scrubber } from "../../../core/scrub.js";
 import { writeAuditEntries } from "../../helpers/audit.js";
 
 const homes: string[] = [];
@@ -259,7 +259,7 @@ describe("a line's text (decision 181)", () => {
         first: s,
         last: s,
       };
-      expect(serialize(entry, 0, [], (x) => x)).toBe(JSON.stringify(expected));
+      expect(serialize(entry, 0, [], new Scrubber())).toBe(JSON.stringify(expected));
     }
   });
 
@@ -292,7 +292,7 @@ describe("a line's text (decision 181)", () => {
         expected[f] = entry[f];
       expected.code = entry.code;
       expected.reason = entry.reason;
-      expect(serialize(entry as never, 0, [], (x) => x)).toBe(JSON.stringify(expected));
+      expect(serialize(entry as never, 0, [], new Scrubber())).toBe(JSON.stringify(expected));
     }
   });
 
