@@ -5,85 +5,16 @@
 // whose tail cannot start a match goes out at once, untouched.
 //
 // Work is on bytes (a multi-byte UTF-8 character split across chunks passes through intact),
-// with one `Buffer.indexOf` per form and chunk: a 200-byte SSE chunk costs about a microsecond
-// when nothing matches. Each form is searched by an anchor: a window of at most 7 of its bytes
-// that starts on a byte rare in text, confirmed by comparing the whole form. Node searches
-// needles of up to 7 bytes with memchr on their first byte, and longer ones with
-// Boyer-Moore-Horspool, which is about ten times slower on large bodies (0.03 against 0.3 s/GiB
-// for an 11-byte key in random bytes).
+// with a search or two per form and chunk (form-search.ts): a 200-byte SSE chunk costs about a
+// microsecond when nothing matches.
 import type { IncomingHttpHeaders } from "node:http";
+import { type Form, find, prefixAt, type SearchForm, withAnchor } from "./form-search.js";
 import { escapedUnit, JsonEscapedForm, mayStartFrom } from "./json-escaped-form.js";
 
 /** One secret to hide, and the client's placeholder that takes its place. */
 export interface ScrubPair {
   readonly secret: string;
   readonly replacement: string;
-}
-
-interface Form {
-  readonly bytes: Buffer;
-  readonly replacement: Buffer;
-  /** Which pair it is a form of. */
-  readonly pair?: number;
-}
-
-/** A form with the window it is searched by. */
-interface SearchForm extends Form {
-  readonly anchor: Buffer;
-  /** Where `anchor` sits in `bytes`. */
-  readonly anchorAt: number;
-}
-
-/** Node searches needles shorter than this with memchr on their first byte. */
-const ANCHOR_LENGTH = 7;
-
-/**
- * How common a byte is in the text a response carries (JSON, prose, base64, URLs): lower is
- * rarer. Only the order matters. Lower-case letters, space and JSON punctuation are common;
- * digits, upper case and other punctuation less so; everything else is rare in text.
- */
-function commonness(byte: number): number {
-  if (byte === 0x20 || byte === 0x22 || byte === 0x2c || byte === 0x3a) return 5; // space " , :
-  if (byte >= 0x61 && byte <= 0x7a) return "etaoinsrhl".includes(String.fromCharCode(byte)) ? 5 : 4;
-  if (byte >= 0x30 && byte <= 0x39) return 3;
-  if (byte >= 0x41 && byte <= 0x5a) return 2;
-  if (byte >= 0x21 && byte <= 0x7e) return 1;
-  return 0;
-}
-
-function withAnchor(form: Form): SearchForm {
-  const { bytes } = form;
-  if (bytes.length <= ANCHOR_LENGTH) return { ...form, anchor: bytes, anchorAt: 0 };
-  let best = 0;
-  for (let at = 1; at <= bytes.length - ANCHOR_LENGTH; at++) {
-    if (commonness(bytes[at]!) < commonness(bytes[best]!)) best = at;
-  }
-  return { ...form, anchor: bytes.subarray(best, best + ANCHOR_LENGTH), anchorAt: best };
-}
-
-/** Where `form` next occurs whole in `data` at or after `from`, or -1. */
-function find(data: Buffer, form: SearchForm, from: number): number {
-  const { bytes, anchor, anchorAt } = form;
-  if (anchor === bytes) return data.indexOf(bytes, from);
-  const last = data.length - bytes.length;
-  let p = from + anchorAt;
-  for (;;) {
-    const hit = data.indexOf(anchor, p);
-    const start = hit - anchorAt;
-    if (hit === -1 || start > last) return -1;
-    if (data.compare(bytes, 0, bytes.length, start, start + bytes.length) === 0) return start;
-    p = hit + 1;
-  }
-}
-
-/**
- * Whether `data` ends, from `at`, with the first `length` bytes of `bytes` (byte 0 already
- * matched). A loop in JavaScript: most candidates differ at the second byte, and a call into
- * node's `Buffer.compare` costs more than the whole loop for a tail of a few dozen bytes.
- */
-function prefixAt(data: Buffer, at: number, bytes: Buffer, length: number): boolean {
-  for (let k = 1; k < length; k++) if (data[at + k] !== bytes[k]) return false;
-  return true;
 }
 
 /** Shorter values cannot be scrubbed without mangling ordinary text (same floor as core/scrub.ts). */
