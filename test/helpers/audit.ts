@@ -31,3 +31,17 @@ export async function writeAuditEntries(
   }
   await log.close();
 }
+
+/** An audit line's string fields besides the time and the decision, in the order it writes them. */
+export const LINE_STRING_FIELDS = [
+  "client",
+  "launch",
+  "provider",
+  "credential",
+  "fingerprint",
+  "method",
+  "host",
+  "path",
+  "code",
+  "reason",
+] as const;

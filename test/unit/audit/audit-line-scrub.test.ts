@@ -4,38 +4,16 @@ import { describe, expect, it } from "vitest";
 import type { AuditEntry } from "../../../audit/audit-entry.js";
 import { serialize } from "../../../audit/audit-line.js";
 import { Scrubber } from "../../../core/scrub.js";
+import { LINE_STRING_FIELDS } from "../../helpers/audit.js";
+import { seeded } from "../../helpers/random.js";
 
-/** A small deterministic generator (xorshift), so a failure repeats. */
-function random(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
-
-const FIELDS = [
-  "client",
-  "launch",
-  "provider",
-  "credential",
-  "fingerprint",
-  "method",
-  "host",
-  "path",
-  "code",
-  "reason",
-];
+const FIELDS = LINE_STRING_FIELDS;
 /** Characters a line's keys, time and numbers are made of, and a few more. */
 const ALPHABET = 'abcdeinorst_-:.TZ0123456789"/ ';
 
 describe("an audit line's scrub (decision 191)", () => {
   it("writes what a scrub of the whole line writes, for secrets long and short, in and across fields", () => {
-    const next = random(191);
+    const next = seeded(191);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)]!;
     const text = (n: number) => Array.from({ length: n }, () => pick([...ALPHABET])).join("");
     let fast = 0;

@@ -14,7 +14,7 @@ import {
 } from "../../../audit/audit-log.js";
 import { listAuditFiles, verifyAudit } from "../../../audit/audit-verify.js";
 import { knownSecrets, Scrubber } from "../../../core/scrub.js";
-import { writeAuditEntries } from "../../helpers/audit.js";
+import { LINE_STRING_FIELDS, writeAuditEntries } from "../../helpers/audit.js";
 
 const homes: string[] = [];
 function home(): string {
@@ -264,18 +264,7 @@ describe("a line's text (decision 181)", () => {
   });
 
   it("escapes a field that needs it when every other field is plain (one look covers them all)", () => {
-    const fields = [
-      "client",
-      "launch",
-      "provider",
-      "credential",
-      "fingerprint",
-      "method",
-      "host",
-      "path",
-      "code",
-      "reason",
-    ];
+    const fields = LINE_STRING_FIELDS;
     // Halves of a surrogate pair in two neighbouring fields: each alone is a lone surrogate.
     const cases: [string, string][] = [
       ...fields.flatMap((f) => awkward.map((s): [string, string] => [f, s])),

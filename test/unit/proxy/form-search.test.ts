@@ -2,18 +2,7 @@
 // first occurs whole from a given offset, as a plain search finds it.
 import { describe, expect, it, vi } from "vitest";
 import { find, findByAnchor, withAnchor } from "../../../proxy/form-search.js";
-
-function random(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
+import { seeded } from "../../helpers/random.js";
 
 const form = (text: string) =>
   withAnchor({ bytes: Buffer.from(text, "latin1"), replacement: Buffer.alloc(0) });
@@ -33,7 +22,7 @@ describe("finding a form in a chunk", () => {
   });
 
   it("finds what indexOf finds, at every offset, in text, in runs of the rare byte and at the edges", () => {
-    const next = random(191);
+    const next = seeded(191);
     const alphabets = ["abc-", "ab-", "-", "sk-bench0123456789", "aaaaaaab"];
     for (let trial = 0; trial < 4000; trial++) {
       const alphabet = alphabets[trial % alphabets.length]!;
