@@ -105,7 +105,8 @@ export function serialize(
     path = stripQuery(entry.path, params);
   }
   // One look for anything to escape across the line's strings, rather than one per field: the
-  // fields are quoted as they are when none needs it, which is nearly always.
+  // fields are quoted as they are when none needs it, which is nearly always. Every string field
+  // written below must be in it: the secret search at the end looks only here too.
   const probe = `${entry.client ?? ""}${entry.launch ?? ""}${entry.provider ?? ""}${entry.credential ?? ""}${entry.fingerprint ?? ""}${entry.method ?? ""}${entry.host ?? ""}${path ?? ""}${entry.code ?? ""}${entry.reason ?? ""}`;
   const q = NEEDS_ESCAPE.test(probe) ? jsonValue : quoted;
   const time = isoTime(entry.time ?? at);
