@@ -110,7 +110,8 @@ export function serialize(
   const probe = `${entry.client ?? ""}${entry.launch ?? ""}${entry.provider ?? ""}${entry.credential ?? ""}${entry.fingerprint ?? ""}${entry.method ?? ""}${entry.host ?? ""}${path ?? ""}${entry.code ?? ""}${entry.reason ?? ""}`;
   const q = NEEDS_ESCAPE.test(probe) ? jsonValue : quoted;
   const time = isoTime(entry.time ?? at);
-  let s = `{"time":${jsonValue(time)},"decision":${jsonValue(entry.decision)}`;
+  const decision = jsonValue(entry.decision);
+  let s = `{"time":${jsonValue(time)},"decision":${decision}`;
   if (entry.client !== undefined) s += `,"client":${q(entry.client)}`;
   if (entry.launch !== undefined) s += `,"launch":${q(entry.launch)}`;
   if (entry.provider !== undefined) s += `,"provider":${q(entry.provider)}`;
@@ -130,14 +131,14 @@ export function serialize(
   if (entry.first !== undefined) s += `,"first":${jsonValue(entry.first)}`;
   if (entry.last !== undefined) s += `,"last":${jsonValue(entry.last)}`;
   // Scrubbed before `prev` is added, so a (short) secret can never corrupt the chain's hex. When
-  // every field is written as it is, the time is the broker's own and the decision at most
-  // OUTSIDE_FIELDS long, and every form of every secret is longer than that and without a quote,
-  // a form in the line would be in one of the fields, each of which `probe` holds as written:
-  // looking there is looking at a third of the line (decision 191).
+  // every field is written as it is, the time is the broker's own, the decision's text between
+  // its quotes is at most OUTSIDE_FIELDS long, and every form of every secret is longer than that
+  // and without a quote, a form in the line would be in one of the fields, each of which `probe`
+  // holds as written: looking there is looking at a third of the line (decision 191).
   if (
     q === quoted &&
     typeof entry.time !== "string" &&
-    entry.decision.length <= OUTSIDE_FIELDS &&
+    decision.length <= OUTSIDE_FIELDS + 2 &&
     entry.first === undefined &&
     entry.last === undefined &&
     scrubber.withinStrings(OUTSIDE_FIELDS) &&

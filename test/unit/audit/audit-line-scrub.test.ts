@@ -98,6 +98,17 @@ describe("an audit line's scrub (decision 191)", () => {
     expect(s.clean("a\\nb")).toBe(true);
   });
 
+  it("measures the decision as written: one that JSON escapes is searched with the whole line", () => {
+    // Not a decision the broker makes; the bound is on the text between the quotes.
+    const secret = "\\u0001".repeat(5);
+    const s = new Scrubber();
+    s.add(secret);
+    const entry = { decision: "\u0001".repeat(5), time: 0 } as unknown as AuditEntry;
+    const line = serialize(entry, 0, [], s);
+    expect(line).not.toContain(secret);
+    expect(line).toBe(s.scrub(serialize(entry, 0, [], new Scrubber())));
+  });
+
   it("redacts a long secret that is a whole field, and leaves the line's JSON whole", () => {
     const s = new Scrubber();
     const secret = "sk-live-0123456789abcdefghijklmnopqrstuv";
