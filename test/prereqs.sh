@@ -20,6 +20,23 @@ if [ ! -f "$agents/node_modules/.package-lock.json" ] || [ "$agents/package-lock
   touch "$agents/node_modules/.package-lock.json"
 fi
 
+# Claude Code's sign-in comes back to the fixed port 53692, inside the kernel's range for the
+# local ports of outgoing connections. The suite makes many thousands of those, and one that used
+# 53692 holds it in TIME_WAIT for a minute, during which `auth add claude-oauth` cannot listen
+# there (a test waited 56 s for it in two clean runs of six). As root, keep the agents'
+# fixed callback ports out of that range, as a machine that runs these agents would want anyway
+# (decision 192).
+reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
+if [ "$(id -u)" = 0 ] && [ -w "$reserved" ]; then
+  for port in 1455 53692; do
+    case ",$(cat "$reserved")," in
+      *",$port,"*) ;;
+      ,,) echo "$port" >"$reserved" 2>/dev/null || true ;;
+      *) echo "$(cat "$reserved"),$port" >"$reserved" 2>/dev/null || true ;;
+    esac
+  done
+fi
+
 missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
 need curl curl

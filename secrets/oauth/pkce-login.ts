@@ -158,7 +158,7 @@ async function loopback(
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") {
       throw new UserError(
-        `port ${port} is in use, so the login callback cannot be received — free it, or pass --port N (the authorization server must accept http://${redirect.hostname}:N${redirect.pathname} as a redirect URI)`,
+        `port ${port} is in use (by another program, or for up to a minute after a connection that used it closed), so the login callback cannot be received — try again in a minute, free it, or pass --port N (the authorization server must accept http://${redirect.hostname}:N${redirect.pathname} as a redirect URI)`,
       );
     }
     if ((err as NodeJS.ErrnoException).code === "EACCES") {

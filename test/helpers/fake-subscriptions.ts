@@ -427,9 +427,10 @@ export function subscriptionRules(u: FakeUpstream, extra = ""): string {
 /**
  * `keybroker auth add <provider> --no-browser --timeout 1s` in a new home with no rule file: the
  * authorization URL it printed, and how it ended (nobody comes back, so it fails, storing nothing).
- * The redirect port is the agent's own fixed one (1455, 53692), in the ephemeral range, and a real
- * agent another test file runs may hold it: `auth add` then says it is in use; try again until
- * it is free.
+ * The redirect port is the agent's own fixed one (1455, 53692), and a real agent another test file
+ * runs may hold it, or (53692, in the kernel's range for outgoing connections' ports, unless
+ * test/prereqs.sh could reserve it) a closed connection's TIME_WAIT: `auth add` then says it is
+ * in use; try again until it is free.
  */
 export async function authAddUrl(provider: string): Promise<{ url: URL; result: CliResult }> {
   const argv = ["auth", "add", provider, "--no-browser", "--timeout", "1s", "--home", tempHome()];
