@@ -151,8 +151,8 @@ export class RedisState implements SharedState {
       );
     }
     const state = new RedisState(config, password, opts);
-    await state.#subscribe();
-    await new Promise<void>((resolve) => {
+    // Both connections come up together: at most CONNECT_TIMEOUT_MS in all for a Redis that is down.
+    const ready = new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, CONNECT_TIMEOUT_MS);
       const done = () => {
         clearTimeout(timer);
@@ -161,16 +161,34 @@ export class RedisState implements SharedState {
       if (state.#redis.status === "ready") done();
       else state.#redis.once("ready", done);
     });
+    await Promise.all([state.#subscribe(), ready]);
     if (state.#redis.status === "ready") await state.#syncing;
     else state.#degrade(state.#error ?? "not reachable");
     return state;
   }
 
+  /**
+   * Subscribes to the fleet's channel, and resolves once Redis has answered the SUBSCRIBE (or
+   * after CONNECT_TIMEOUT_MS, when the connection is not up yet): `open` returns a state that
+   * hears the fleet's next event, rather than one whose subscription may still be on its way.
+   */
   async #subscribe(): Promise<void> {
     // Subscribing before the connection is up would be refused (no offline queue).
-    const go = () => this.#sub.subscribe(this.#keys.channel).catch(() => {});
-    if (this.#sub.status === "ready") await go();
-    else this.#sub.once("ready", () => void go());
+    const go = () =>
+      this.#sub.subscribe(this.#keys.channel).then(
+        () => {},
+        () => {},
+      );
+    if (this.#sub.status === "ready") return go();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, CONNECT_TIMEOUT_MS);
+      this.#sub.once("ready", () => {
+        void go().then(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    });
   }
 
   attachPools(pools: MarkHolder): void {

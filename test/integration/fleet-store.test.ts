@@ -109,6 +109,25 @@ describe("fleet state on Redis", () => {
     expect(await raw.hget("t:sealed-marks", JSON.stringify(["openai", "KEY_A"]))).toBeNull();
   });
 
+  it("a store is listening when it has opened: the fleet's next event reaches it", async () => {
+    // Each store opens its own subscriber connection; open() waits for its SUBSCRIBE to be
+    // answered, so a mark made on another broker right after cannot slip past it.
+    for (let i = 0; i < 8; i++) {
+      const prefix = `sub${i}:`;
+      const state = await open(KEY, prefix);
+      const [, listeners] = (await raw.pubsub("NUMSUB", `${prefix}events`)) as [string, number];
+      expect(listeners, `store ${i}`).toBe(1);
+      const pools = new PoolState(mkdtempSync(join(tmpdir(), "kb-pool-")));
+      state.attachPools(pools);
+      const other = await open(KEY, prefix);
+      const until2 = Date.now() + 600_000;
+      const otherPools = new PoolState(mkdtempSync(join(tmpdir(), "kb-pool-")));
+      other.attachPools(otherPools);
+      otherPools.markUsageLimit("openai", "KEY_A", until2, "429");
+      await until(() => pools.get("openai", "KEY_A").until === until2, `the mark to reach store ${i}`);
+    }
+  });
+
   it("logins are sealed in Redis, open only with the fleet's home key, and fenced on their generation", async () => {
     const a = await open();
     const first = login();
