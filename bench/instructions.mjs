@@ -22,7 +22,10 @@
 //
 // Prints instructions per request, split by where they ran: JIT-compiled JavaScript (callgrind
 // cannot name it), V8's runtime, compilers and GC, OpenSSL, node's own C++ and libuv, libc; then the
-// functions with the most instructions of their own. Needs valgrind (Debian: apt-get install
+// functions with the most instructions of their own. To compare two builds, use the figure
+// without the compilers and the old generation's collections: both come when they come, not
+// with each request (see OLD_GC). What requests promote does cost full collections in the end:
+// compare that share over a long window (`--n 16000`). Needs valgrind (Debian: apt-get install
 // valgrind). About a minute for the defaults.
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
@@ -79,6 +82,13 @@ function need(cmd) {
 need("valgrind");
 
 const COMPILERS = "V8 compilers (TurboFan, Liftoff, ...)";
+/**
+ * The old generation's collections. Requests promote a few KB each, so a full collection comes
+ * every few thousand requests: whether a window of `--n` holds one of them or none moves the
+ * count by 15,000-20,000 a request (4,000 requests of the realistic variant, 11-28), more than
+ * most changes do.
+ */
+const OLD_GC = "V8 old-generation GC (marking, sweeping, compaction)";
 
 /** Which part of the process a function belongs to, from its object file and name. */
 function category(object, fn) {
@@ -95,6 +105,13 @@ function category(object, fn) {
     return "OpenSSL";
   if (/^v8::internal::(compiler|maglev|wasm|baseline)::|^v8::internal::(Optimizing|Concurrent)/.test(fn))
     return COMPILERS;
+  if (
+    /^(Builtins_|v8::|Builtin|void v8::|bool v8::|int v8::|unsigned long v8::)/.test(fn) &&
+    /MarkCompact|IncrementalMarking|Marking(Visitor|Worklist|Barrier|State)|Sweeper|Evacuat|MarkingJob/.test(
+      fn,
+    )
+  )
+    return OLD_GC;
   if (
     /^(Builtins_|v8::|Builtin)/.test(fn) &&
     /Heap|Scaveng|Mark|Sweep|GC|Evacuat|Marking|Remembered|Slot|Page|MemoryChunk|Allocation|LocalHeap|Spaces?\b|NewSpace|PagedSpace|MemoryAllocator|Collector/.test(
@@ -290,6 +307,11 @@ try {
   // branch) long after the warm-up: that share moves between runs, the rest repeats within ~1 %.
   const compiling = cats.get(COMPILERS) ?? 0;
   console.log(`without the compilers: ${perReq(total - compiling).toLocaleString("en")} per request`);
+  // Steadier still for comparing two builds: a window's share of full collections is its luck.
+  const oldGc = cats.get(OLD_GC) ?? 0;
+  console.log(
+    `without the compilers and the old generation's collections: ${perReq(total - compiling - oldGc).toLocaleString("en")} per request`,
+  );
   console.log("\n| where | instructions per request | share |\n|:--|--:|--:|");
   for (const [c, ir] of [...cats].sort((a, b) => b[1] - a[1])) {
     console.log(`| ${c} | ${perReq(ir).toLocaleString("en")} | ${((100 * ir) / total).toFixed(1)} % |`);
