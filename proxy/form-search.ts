@@ -1,4 +1,6 @@
-// Where one form of a secret next occurs in a chunk (scrub-stream.ts). A form is looked for by
+// Where one form of a secret next occurs in a chunk (scrub-stream.ts): after a match, and for
+// forms too short for the one pass over a chunk that finds them all (form-sampler.ts, decision
+// 193). A form is looked for by
 // its rarest byte first: `Buffer#indexOf` with a number is memchr behind one of V8's fast calls,
 // a few times cheaper than a search for a run of bytes, which is a full call into node
 // (decision 191). A byte that keeps turning up where the form does not start hands the rest of

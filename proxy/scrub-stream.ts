@@ -5,9 +5,10 @@
 // whose tail cannot start a match goes out at once, untouched.
 //
 // Work is on bytes (a multi-byte UTF-8 character split across chunks passes through intact),
-// with a search or two per form and chunk (form-search.ts): a 200-byte SSE chunk costs about a
-// microsecond when nothing matches.
+// with one pass over a chunk for every form at once (form-sampler.ts), or a search or two per
+// form and chunk for forms too short for that pass (form-search.ts).
 import type { IncomingHttpHeaders } from "node:http";
+import { PairSampler } from "./form-sampler.js";
 import { type Form, find, prefixAt, type SearchForm, withAnchor } from "./form-search.js";
 import { escapedUnit, JsonEscapedForm, mayStartFrom } from "./json-escaped-form.js";
 
@@ -150,6 +151,8 @@ function groupByAnchor(forms: readonly SearchForm[]): AnchorGroup[] {
  */
 export class ScrubPatterns {
   readonly #forms: readonly SearchForm[];
+  /** Every form's first occurrence in one pass, when the forms are long enough (form-sampler.ts). */
+  readonly #sampler: PairSampler | undefined;
   /** Every other JSON spelling of each secret (`\u`-escaped characters, mixed escapes). */
   readonly #json: readonly JsonEscapedForm[];
   /** Bytes a JSON spelling can start with: a secret's first byte, or a backslash. */
@@ -242,6 +245,7 @@ export class ScrubPatterns {
     // Longest first: at one position the longest form wins, as a regex alternation sorted so.
     forms.sort((a, b) => b.bytes.length - a.bytes.length);
     this.#forms = forms.map(withAnchor);
+    this.#sampler = PairSampler.for(this.#forms);
     this.#asciiForms = forms.every((f) => f.bytes.every((b) => b < 0x80))
       ? forms.map((f) => f.bytes.toString("latin1"))
       : undefined;
@@ -308,7 +312,8 @@ export class ScrubPatterns {
     const forms = this.#forms;
     const jsonHere = this.#jsonSpellingsMayBeIn(data, 0);
     let hold = final ? data.length : this.holdStart(data, 0, jsonHere);
-    for (let i = 0; i < forms.length; i++) next[i] = find(data, forms[i]!, 0);
+    if (this.#sampler !== undefined) this.#sampler.firstAll(data, next);
+    else for (let i = 0; i < forms.length; i++) next[i] = find(data, forms[i]!, 0);
     // JSON spellings with escapes, as [start, end, form index] sorted by start, longest first.
     const found = this.#found;
     found.length = 0;
@@ -366,10 +371,14 @@ export class ScrubPatterns {
     return { out: Buffer.concat(pieces), hold };
   }
 
-  /** Whether `data` from `from` on may hold a JSON spelling with an escape (most data has no backslash). */
+  /**
+   * Whether `data` from `from` on may hold a JSON spelling with an escape: whether it holds a
+   * backslash (most data has none). The escapes themselves are looked for once, by #findJson
+   * over the whole chunk and by holdStart over its tail: a search for them here as well was a
+   * second pass over every chunk that holds one (decision 193).
+   */
   #jsonSpellingsMayBeIn(data: Buffer, from: number): boolean {
-    if (this.#json.length === 0 || data.lastIndexOf(0x5c) < from) return false;
-    return mayStartFrom(this.#jsonNeedles, data, from);
+    return this.#json.length > 0 && data.lastIndexOf(0x5c) >= from;
   }
 
   #findJson(data: Buffer, found: number[]): void {
