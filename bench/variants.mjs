@@ -111,6 +111,14 @@ export const VARIANTS = [
     env: { KEYBROKER_V8_FLAGS: V8_FLAGS.filter((f) => f !== "--liftoff-only").join(" ") },
     note: "without --liftoff-only",
   },
+  {
+    name: "no-size-mode",
+    optIn: true,
+    top: "",
+    provider: "",
+    env: { KEYBROKER_V8_FLAGS: V8_FLAGS.filter((f) => f !== "--optimize-for-size").join(" ") },
+    note: "without V8's memory-saving mode (--optimize-for-size, decision 194)",
+  },
   // Fleet mode (docs/spec.md §17): marks and logins on Redis, the request path still in memory.
   // bench/run.mjs starts a redis-server for it and writes its URL into `top`.
   {
