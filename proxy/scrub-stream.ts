@@ -316,7 +316,9 @@ export class ScrubPatterns {
     else for (let i = 0; i < forms.length; i++) next[i] = find(data, forms[i]!, 0);
     // JSON spellings with escapes, as [start, end, form index] sorted by start, longest first.
     const found = this.#found;
-    found.length = 0;
+    // Setting an array's length is a call into V8's runtime even when it is 0 already, and most
+    // chunks find no escaped spelling: about a tenth of a small SSE event's scrub.
+    if (found.length !== 0) found.length = 0;
     if (jsonHere) this.#findJson(data, found);
     let j = 0;
     const pieces: Buffer[] = [];
@@ -432,7 +434,7 @@ export class ScrubPatterns {
     }
     if (jsonHere) {
       const found = this.#found;
-      found.length = 0;
+      if (found.length !== 0) found.length = 0;
       this.#findJson(data, found);
       if (found.length > 0) return { pair: this.#jsonPairs[found[2]!]!, hold };
     }
