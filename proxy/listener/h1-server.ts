@@ -250,7 +250,9 @@ class Conn {
         return;
       }
       this.#ready = undefined;
-      this.#headBytes.length = 0;
+      // A head that came in one read kept nothing, and emptying an empty array is still a call
+      // into V8's runtime.
+      if (this.#headBytes.length !== 0) this.#headBytes.length = 0;
       this.#headSize = 0;
       // Each message starts from a fresh parser: the 2 that stopped it leaves state behind.
       this.#parser.initialize(HTTPParser!.REQUEST, {}, 0, HTTPParser!.kLenientNone);
