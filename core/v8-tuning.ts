@@ -19,8 +19,8 @@
 //                            Not on Node 24, whose Maglev tier gets there by itself.
 //   --optimize-for-size      V8's heap in its memory-saving mode: the old generation's limit
 //                            grows by 2 MiB steps instead of 8, and its collections compact
-//                            more. 4-5 MiB off the peak under load on Node 20, 22 and 24, for
-//                            no more instructions a request (decision 194). Set once the heap
+//                            more. 5-6 MiB off the peak under load on Node 20, 2-4 on Node 22
+//                            and 24, for no more instructions a request (decision 194). Set once the heap
 //                            exists, it leaves the young generation's size to node's command
 //                            line (decision 183).
 //
