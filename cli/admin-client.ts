@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { adminTokenPath } from "../admin/api.js";
 import { UserError } from "../core/errors.js";
 import type { RunningBroker } from "./context.js";
+import { localRequest } from "./local-http.js";
 
 export async function adminRequest<T>(
   home: string,
@@ -19,13 +20,18 @@ export async function adminRequest<T>(
       `cannot read ${adminTokenPath(home)}: run this command as the user that runs the broker`,
     );
   }
-  const res = await fetch(`${broker.url}/__keybroker/admin/${action}`, {
+  const res = await localRequest(`${broker.url}/__keybroker/admin/${action}`, {
     method,
     headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    signal: AbortSignal.timeout(10_000),
+    timeoutMs: 10_000,
   });
-  const answer = (await res.json()) as T & { error?: { message: string; hint?: string } };
+  let answer: T & { error?: { message: string; hint?: string } };
+  try {
+    answer = JSON.parse(res.text);
+  } catch {
+    throw new UserError(`the broker answered ${res.status} with no JSON: is ${broker.url} a keybroker?`);
+  }
   if (!res.ok) {
     const e = answer.error;
     throw new UserError(

@@ -12,6 +12,7 @@ import type { Rules } from "../rules/types.js";
 import type { SecretResolver } from "../secrets/resolver.js";
 import { createSecretResolver } from "../secrets/sources.js";
 import { UsageError } from "./args.js";
+import { localRequest } from "./local-http.js";
 
 export interface CommonOptions {
   readonly home?: string | undefined;
@@ -63,8 +64,8 @@ export async function findRunningBrokers(home: string): Promise<RunningBroker[]>
   const answers = await Promise.all(
     readBrokerRecords(home).map(async (record) => {
       try {
-        const res = await fetch(`${record.url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
-        const body = (await res.json()) as { ok?: boolean; pid?: number };
+        const res = await localRequest(`${record.url}/__keybroker/health`, { timeoutMs: 1500 });
+        const body = JSON.parse(res.text) as { ok?: boolean; pid?: number };
         return body.ok === true && body.pid === record.pid ? record : undefined;
       } catch {
         return undefined;

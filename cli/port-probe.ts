@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { CA_CERT_FILE, CA_DIR } from "../certs/ca.js";
 import { UserError } from "../core/errors.js";
 import { findRunningBrokers, type RunningBroker } from "./context.js";
+import { type LocalAnswer, localRequest } from "./local-http.js";
 
 export type PortAnswer =
   | { readonly kind: "nothing" }
@@ -15,14 +16,14 @@ export type PortAnswer =
 
 /** What answers keybroker's health check at `url` (http://host:port). */
 export async function probePort(url: string): Promise<PortAnswer> {
-  let res: Response;
+  let res: LocalAnswer;
   try {
-    res = await fetch(`${url}/__keybroker/health`, { signal: AbortSignal.timeout(1500) });
+    res = await localRequest(`${url}/__keybroker/health`, { timeoutMs: 1500 });
   } catch {
     return { kind: "nothing" };
   }
   try {
-    const body = (await res.json()) as { ok?: boolean; pid?: number; ca?: string };
+    const body = JSON.parse(res.text) as { ok?: boolean; pid?: number; ca?: string };
     if (body.ok !== true) return { kind: "other" };
     return { kind: "keybroker", pid: body.pid, ca: body.ca };
   } catch {

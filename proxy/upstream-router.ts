@@ -14,6 +14,7 @@ import {
   createUpstreamConnector,
   handoffConnector,
   type UpstreamOptions,
+  UpstreamTrust,
 } from "./upstream.js";
 import { H1_PARSER_AVAILABLE, H1Pools } from "./upstream-h1.js";
 import { type H2DispatchOptions, H2Sessions } from "./upstream-h2.js";
@@ -78,7 +79,9 @@ export class UpstreamRouter implements UpstreamDispatch {
    */
   readonly #h1: H1Pools | undefined;
 
-  constructor(opts: UpstreamOptions) {
+  constructor(options: UpstreamOptions) {
+    // The system roots read once for the three connectors below.
+    const opts = { ...options, trust: options.trust ?? new UpstreamTrust(options.upstreamCa) };
     const take = (hostname: string, port: number) => this.#take(`${hostname}:${port}`);
     this.agent = createUpstreamAgent(opts, take);
     this.#connect = createUpstreamConnector(opts, true);

@@ -1,10 +1,11 @@
 // The one undici Agent that carries every request upstream: keep-alive pools per origin,
 // verified TLS (system roots plus `upstream_ca`), the `resolve` map, and refusal of
 // loopback/private addresses unless a rule allows them.
+import { createHash } from "node:crypto";
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from "node:dns";
 import { createRequire } from "node:module";
 import { BlockList, isIP } from "node:net";
-import { createSecureContext } from "node:tls";
+import { createSecureContext, type SecureContext } from "node:tls";
 import type * as Undici from "undici";
 import { trustedRoots } from "../certs/bundle.js";
 
@@ -97,6 +98,8 @@ export interface UpstreamPolicy {
 
 export interface UpstreamOptions {
   readonly upstreamCa: readonly string[];
+  /** `upstreamCa` read, shared by connectors made together; each reads its own without. */
+  readonly trust?: UpstreamTrust;
   readonly policy: UpstreamPolicy;
   /** Idle time allowed before response headers and between body chunks. */
   readonly timeoutMs?: number;
@@ -104,19 +107,60 @@ export interface UpstreamOptions {
 
 type Connector = Undici.buildConnector.connector;
 
+/** The last secure context made, by a digest of the roots it trusts. */
+let lastContext: { digest: string; context: SecureContext } | undefined;
+
+/**
+ * What upstream TLS trusts: the system's roots and `upstream_ca`, read when made (a missing
+ * file fails the start or the reload), and one secure context for every connection that uses
+ * it (with a bare `ca` list, each connection would parse the ~150 system roots again). Parsing
+ * them costs tens of milliseconds, so it is done at the first upstream connection rather than
+ * at start, and once per process while the roots stay the same: a reload that leaves
+ * `upstream_ca` alone keeps the context.
+ */
+export class UpstreamTrust {
+  #roots: string[] | undefined;
+  #context: SecureContext | undefined;
+
+  constructor(upstreamCa: readonly string[]) {
+    this.#roots = trustedRoots(upstreamCa);
+  }
+
+  get context(): SecureContext {
+    if (this.#context !== undefined) return this.#context;
+    const roots = this.#roots ?? [];
+    const digest = createHash("sha256").update(roots.join("\n")).digest("hex");
+    if (lastContext?.digest !== digest) lastContext = { digest, context: createSecureContext({ ca: roots }) };
+    this.#context = lastContext.context;
+    this.#roots = undefined;
+    return this.#context;
+  }
+}
+
 /**
  * Opens upstream connections under the rules: verified TLS, the `resolve` map, and refusal of
  * private addresses. `h2` offers HTTP/2 by ALPN beside HTTP/1.1 (the origin probe and HTTP/2
  * sessions, upstream-router.ts); the Agent's own connections offer HTTP/1.1 only.
  */
 export function createUpstreamConnector(opts: UpstreamOptions, h2 = false): Connector {
-  // One secure context for every upstream connection: with a bare `ca` list, each connection
-  // would parse the ~150 system roots again.
-  const secureContext = createSecureContext({ ca: trustedRoots(opts.upstreamCa) });
-  const tls = { secureContext, rejectUnauthorized: true, maxCachedSessions: 1000, allowH2: h2 };
-  const strict = buildConnector({ ...tls, lookup: guardedLookup } as Undici.buildConnector.BuildOptions);
-  const open = buildConnector(tls);
+  const trust = opts.trust ?? new UpstreamTrust(opts.upstreamCa);
+  let built: { strict: Connector; open: Connector } | undefined;
+  const connectors = () => {
+    if (built !== undefined) return built;
+    const tls = {
+      secureContext: trust.context,
+      rejectUnauthorized: true,
+      maxCachedSessions: 1000,
+      allowH2: h2,
+    };
+    built = {
+      strict: buildConnector({ ...tls, lookup: guardedLookup } as Undici.buildConnector.BuildOptions),
+      open: buildConnector(tls),
+    };
+    return built;
+  };
   return (options, callback) => {
+    const { strict, open } = connectors();
     const port = Number(options.port) || (options.protocol === "https:" ? 443 : 80);
     const servername = options.servername || (isIP(options.hostname) ? undefined : options.hostname);
     const mapped = opts.policy.resolve(options.hostname, port);

@@ -5,7 +5,7 @@ import { endLaunch, type StartedLaunch, startLaunch } from "../../admin/launches
 import { createLogger } from "../../core/log.js";
 import { tuneV8 } from "../../core/v8-tuning.js";
 import { processStart } from "../../proxy/process-start.js";
-import { Broker } from "../../proxy/server.js";
+import type { Broker } from "../../proxy/server.js";
 import { secretVariableNames } from "../../rules/secret-variables.js";
 import { adminRequest } from "../admin-client.js";
 import { agentVariables } from "../agent-env.js";
@@ -127,6 +127,9 @@ ${COMMON_HELP}`,
     } else {
       if (port !== undefined) throw await notOnPortError(ctx.home, port);
       tuneV8();
+      // Loaded only here: the broker's modules are half of what `run` costs to start, and most
+      // runs use a broker that is already running.
+      const { Broker } = await import("../../proxy/server.js");
       broker = await Broker.create({
         home: ctx.home,
         rules,

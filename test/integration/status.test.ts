@@ -4,7 +4,7 @@
 // each a new node process: they get a timeout to match on a loaded machine.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { cliAsync, startBroker, tempHome, writeConfig } from "../helpers/broker.js";
@@ -86,6 +86,49 @@ describe("keybroker status", () => {
 });
 
 describe("two brokers on one home", () => {
+  it("status, env and run talk to the running broker without loading fetch or the broker's own modules", async () => {
+    // What each command process loaded, written by a preload when it exits (not by the rules'
+    // own loader, a child of the command).
+    const dir = tempHome();
+    const preload = join(dir, "loaded.mjs");
+    writeFileSync(
+      preload,
+      `import { writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+const require = createRequire(import.meta.url);
+process.on("exit", () => process.argv[1].endsWith("main.js") && writeFileSync(process.env.KB_LOADED_OUT, JSON.stringify({
+  builtin: process.moduleLoadList, files: Object.keys(require.cache),
+})));
+`,
+    );
+    const f = await fixture();
+    for (const [name, args] of [
+      ["status", ["status"]],
+      ["env", ["env"]],
+      // The fixture's --home and --config go before the command's `--`.
+      [
+        "run",
+        ["run", "--home", f.home, "--config", join(f.dir, "keybroker.yaml"), "--no-isolate", "--", "true"],
+      ],
+    ] as const) {
+      const out = join(dir, `${name}.json`);
+      const env = { NODE_OPTIONS: `--import ${preload}`, KB_LOADED_OUT: out };
+      const r = name === "run" ? await cliAsync([...args], { env }) : await f.cli([...args], { env });
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).not.toContain("no broker runs");
+      const loaded = JSON.parse(readFileSync(out, "utf8")) as { builtin: string[]; files: string[] };
+      // fetch is node's bundled undici; the broker's upstream is undici from node_modules.
+      expect(
+        loaded.builtin.filter((m) => m.includes("undici")),
+        name,
+      ).toEqual([]);
+      expect(
+        loaded.files.filter((p) => /[/\\]undici[/\\]/.test(p)),
+        name,
+      ).toEqual([]);
+    }
+  });
+
   it("records each, lists both, asks for --port, and refuses a second on the same port", async () => {
     const f = await fixture();
     const env = { OPENAI_API_KEY: ALL_REAL[0]! };

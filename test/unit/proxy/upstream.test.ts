@@ -1,5 +1,9 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { isPrivateAddress } from "../../../proxy/upstream.js";
+import { loadOrCreateCa } from "../../../certs/ca.js";
+import { isPrivateAddress, UpstreamTrust } from "../../../proxy/upstream.js";
 
 describe("isPrivateAddress", () => {
   it.each([
@@ -27,4 +31,24 @@ describe("isPrivateAddress", () => {
       expect(isPrivateAddress(address)).toBe(false);
     },
   );
+});
+
+describe("UpstreamTrust", () => {
+  const home = mkdtempSync(join(tmpdir(), "kb-trust-"));
+  const caFile = loadOrCreateCa(home).certPath;
+
+  it("reads upstream_ca when it is made: a missing file fails there, before any connection", () => {
+    expect(() => new UpstreamTrust([join(home, "nowhere.pem")])).toThrow(/ENOENT/);
+  });
+
+  it("makes one secure context for the same roots, and another when the roots change", () => {
+    const system = new UpstreamTrust([]);
+    const again = new UpstreamTrust([]);
+    expect(again.context).toBe(system.context);
+    const withPrivate = new UpstreamTrust([caFile]);
+    expect(withPrivate.context).not.toBe(system.context);
+    // Kept by the trust that made it, whatever is made since.
+    expect(system.context).not.toBe(withPrivate.context);
+    expect(new UpstreamTrust([caFile]).context).toBe(withPrivate.context);
+  });
 });
