@@ -83,9 +83,7 @@ describe("keybroker status", () => {
     const healed = await f.cli(["status", "--json"]);
     expect(JSON.parse(healed.stdout).reload).toBeUndefined();
   }, 120_000);
-});
 
-describe("two brokers on one home", () => {
   it("status, env and run talk to the running broker without loading fetch or the broker's own modules", async () => {
     // What each command process loaded, written by a preload when it exits (not by the rules'
     // own loader, a child of the command).
@@ -128,7 +126,9 @@ process.on("exit", () => process.argv[1].endsWith("main.js") && writeFileSync(pr
       ).toEqual([]);
     }
   });
+});
 
+describe("two brokers on one home", () => {
   it("records each, lists both, asks for --port, and refuses a second on the same port", async () => {
     const f = await fixture();
     const env = { OPENAI_API_KEY: ALL_REAL[0]! };
