@@ -207,7 +207,7 @@ try {
   const flags =
     opts["node-options"] !== undefined
       ? opts["node-options"].split(/\s+/).filter(Boolean)
-      : (variant.nodeOptions ?? ["--max-semi-space-size=2", "--single-threaded-gc"]);
+      : (variant.nodeOptions ?? ["--max-semi-space-size=2", "--single-threaded-gc", "--no-node-snapshot"]);
   log("starting keybroker under callgrind (instrumentation off until the warm-up is done)");
   const started = await startChild({
     name: "keybroker under callgrind",

@@ -76,7 +76,10 @@ const OPTIONS = {
   only: { type: "string", default: ALL_STEPS.join(",") },
   variants: { type: "string" },
   // The flags `npm start` and bench/peer-extra.sh give the broker's node.
-  "node-options": { type: "string", default: "--max-semi-space-size=2 --single-threaded-gc" },
+  "node-options": {
+    type: "string",
+    default: "--max-semi-space-size=2 --single-threaded-gc --no-node-snapshot",
+  },
   "idle-streams": { type: "string" },
   "seq-n": { type: "string" },
   out: { type: "string" },

@@ -72,11 +72,19 @@ export const VARIANTS = [
     note: "node's defaults: no flags, no V8 tuning",
   },
   {
+    name: "node-snapshot",
+    optIn: true,
+    top: "",
+    provider: "",
+    nodeOptions: ["--max-semi-space-size=2", "--single-threaded-gc"],
+    note: "node's own start-up snapshot, as node starts by default (decision 197)",
+  },
+  {
     name: "parallel-gc",
     optIn: true,
     top: "",
     provider: "",
-    nodeOptions: ["--max-semi-space-size=2"],
+    nodeOptions: ["--max-semi-space-size=2", "--no-node-snapshot"],
     note: "without --single-threaded-gc",
   },
   {
@@ -84,7 +92,7 @@ export const VARIANTS = [
     optIn: true,
     top: "",
     provider: "",
-    nodeOptions: ["--max-semi-space-size=1", "--single-threaded-gc"],
+    nodeOptions: ["--max-semi-space-size=1", "--single-threaded-gc", "--no-node-snapshot"],
     note: "a young generation half as large",
   },
   {
@@ -92,7 +100,7 @@ export const VARIANTS = [
     optIn: true,
     top: "",
     provider: "",
-    nodeOptions: ["--max-semi-space-size=4", "--single-threaded-gc"],
+    nodeOptions: ["--max-semi-space-size=4", "--single-threaded-gc", "--no-node-snapshot"],
     note: "a young generation twice as large (what `3` got: V8 rounds it up to a power of two)",
   },
   {
@@ -100,7 +108,12 @@ export const VARIANTS = [
     optIn: true,
     top: "",
     provider: "",
-    nodeOptions: ["--max-semi-space-size=2", "--single-threaded-gc", "--single-threaded"],
+    nodeOptions: [
+      "--max-semi-space-size=2",
+      "--single-threaded-gc",
+      "--single-threaded",
+      "--no-node-snapshot",
+    ],
     note: "no background compiling either (compiler threads' allocator arenas)",
   },
   {

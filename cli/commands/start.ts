@@ -36,7 +36,7 @@ that hold your credentials (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...): once read, 
 the broker's /proc/<pid>/environ (better still, keep the keys in the home's .env). KEYBROKER_V8_TUNING=off
 keeps V8's defaults instead of the memory-saving settings start applies (node flags, and on
 Node 24 MALLOC_ARENA_MAX=1, that it gives itself by restarting in place on Node 22.15 and later; on Node 20 run it as
-node --max-semi-space-size=2 --single-threaded-gc "$(command -v keybroker)" start); KEYBROKER_V8_FLAGS
+node --max-semi-space-size=2 --single-threaded-gc --no-node-snapshot "$(command -v keybroker)" start); KEYBROKER_V8_FLAGS
 replaces their flag list.
 
 ${COMMON_HELP}`,

@@ -204,10 +204,16 @@ describe("V8 tuning", () => {
     };
 
     it("chooses the flags and environment by V8's version (decision 187)", () => {
-      const node20 = { flags: ["--max-semi-space-size=2", "--single-threaded-gc"], env: {} };
+      const node20 = {
+        flags: ["--max-semi-space-size=2", "--single-threaded-gc", "--no-node-snapshot"],
+        env: {},
+      };
       expect(tuningFor(11)).toEqual(node20);
       expect(tuningFor(12)).toEqual(node20);
-      expect(tuningFor(13)).toEqual({ flags: ["--max-semi-space-size=2"], env: { MALLOC_ARENA_MAX: "1" } });
+      expect(tuningFor(13)).toEqual({
+        flags: ["--max-semi-space-size=2", "--no-node-snapshot"],
+        env: { MALLOC_ARENA_MAX: "1" },
+      });
       expect(NODE_FLAGS).toEqual(tuningFor(Number(process.versions.v8.split(".")[0])).flags);
     });
 
@@ -218,6 +224,7 @@ describe("V8 tuning", () => {
           "/usr/bin/node",
           "--max-semi-space-size=2",
           "--single-threaded-gc",
+          "--no-node-snapshot",
           "/usr/lib/node_modules/keybroker/dist/cli/main.js",
           "start",
           "--port",
@@ -226,7 +233,7 @@ describe("V8 tuning", () => {
         env: {},
       });
       // The user's own node flags go along, after ours.
-      expect(tunedLaunch({ ...launch, execArgv: ["--inspect"] }, node20)?.args.slice(1, 5)).toEqual([
+      expect(tunedLaunch({ ...launch, execArgv: ["--inspect"] }, node20)?.args.slice(1, 6)).toEqual([
         ...node20.flags,
         "--inspect",
         "/usr/lib/node_modules/keybroker/dist/cli/main.js",
@@ -237,8 +244,9 @@ describe("V8 tuning", () => {
       const node24 = tuningFor(13);
       const env = { HOME: "/home/u", PATH: "/usr/bin" };
       const relaunch = tunedLaunch({ ...launch, env }, node24)!;
-      expect(relaunch.args.slice(1, 3)).toEqual([
+      expect(relaunch.args.slice(1, 4)).toEqual([
         "--max-semi-space-size=2",
+        "--no-node-snapshot",
         "/usr/lib/node_modules/keybroker/dist/cli/main.js",
       ]);
       expect(relaunch.env).toEqual({
