@@ -47,10 +47,20 @@ function oneTemporaryFolder(): () => void {
   return () => rmSync(run, { recursive: true, force: true, maxRetries: 5 });
 }
 
+/** Set while a run's setup is in place: vitest calls the setup for the root and each project. */
+const IN_PLACE = "KEYBROKER_TEST_SETUP";
+
 export default function setup(): () => void {
-  const teardown = oneTemporaryFolder();
+  // vitest.config.ts has two projects, and vitest runs this once for the root and once for
+  // each: the first call does the work for all.
+  if (process.env[IN_PLACE] !== undefined) return () => {};
+  process.env[IN_PLACE] = "1";
+  const removeFolder = oneTemporaryFolder();
   rebuildIfStale();
-  return teardown;
+  return () => {
+    removeFolder();
+    delete process.env[IN_PLACE];
+  };
 }
 
 function rebuildIfStale(): void {
