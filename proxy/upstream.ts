@@ -160,7 +160,14 @@ export function createUpstreamConnector(opts: UpstreamOptions, h2 = false): Conn
     return built;
   };
   return (options, callback) => {
-    const { strict, open } = connectors();
+    let strict: Connector;
+    let open: Connector;
+    try {
+      ({ strict, open } = connectors());
+    } catch (err) {
+      // Made at the first connection, so it fails that connection, not the broker.
+      return callback(err as Error, null);
+    }
     const port = Number(options.port) || (options.protocol === "https:" ? 443 : 80);
     const servername = options.servername || (isIP(options.hostname) ? undefined : options.hostname);
     const mapped = opts.policy.resolve(options.hostname, port);

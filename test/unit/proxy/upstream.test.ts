@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadOrCreateCa } from "../../../certs/ca.js";
-import { isPrivateAddress, UpstreamTrust } from "../../../proxy/upstream.js";
+import { createUpstreamConnector, isPrivateAddress, UpstreamTrust } from "../../../proxy/upstream.js";
 
 describe("isPrivateAddress", () => {
   it.each([
@@ -50,5 +50,27 @@ describe("UpstreamTrust", () => {
     expect(new UpstreamTrust([caFile]).context).toBe(withPrivate.context);
     // Kept by the trust that made it, whatever is made since.
     expect(system.context).toBe(first);
+  });
+
+  it("a context that cannot be made fails the connection that needed it, through its callback", async () => {
+    const trust = {
+      get context(): never {
+        throw new Error("bad roots");
+      },
+    } as unknown as UpstreamTrust;
+    const connect = createUpstreamConnector({
+      upstreamCa: [],
+      trust,
+      policy: { resolve: () => undefined, allowsPrivate: () => true },
+    });
+    const failed = await new Promise<Error | null>((resolve) =>
+      connect(
+        { hostname: "example.com", host: "example.com", protocol: "https:", port: "443" } as Parameters<
+          typeof connect
+        >[0],
+        (...args) => resolve(args[0]),
+      ),
+    );
+    expect(failed?.message).toBe("bad roots");
   });
 });
