@@ -3,7 +3,10 @@ import { readFileSync } from "node:fs";
 import { adminTokenPath } from "../admin/api.js";
 import { UserError } from "../core/errors.js";
 import type { RunningBroker } from "./context.js";
-import { localRequest } from "./local-http.js";
+import { type LocalAnswer, localRequest } from "./local-http.js";
+
+/** How long an admin call may take, its answer included. */
+const ADMIN_TIMEOUT_MS = 10_000;
 
 export async function adminRequest<T>(
   home: string,
@@ -20,12 +23,19 @@ export async function adminRequest<T>(
       `cannot read ${adminTokenPath(home)}: run this command as the user that runs the broker`,
     );
   }
-  const res = await localRequest(`${broker.url}/__keybroker/admin/${action}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    timeoutMs: 10_000,
-  });
+  let res: LocalAnswer;
+  try {
+    res = await localRequest(`${broker.url}/__keybroker/admin/${action}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      timeoutMs: ADMIN_TIMEOUT_MS,
+    });
+  } catch (err) {
+    throw new UserError(
+      `the broker at ${broker.url} did not answer (${(err as Error).message}); \`keybroker status\` says whether it runs`,
+    );
+  }
   let answer: T & { error?: { message: string; hint?: string } };
   try {
     answer = JSON.parse(res.text);

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { CA_CERT_FILE, CA_DIR } from "../certs/ca.js";
 import { UserError } from "../core/errors.js";
 import { findRunningBrokers, type RunningBroker } from "./context.js";
-import { type LocalAnswer, localRequest } from "./local-http.js";
+import { AnswerError, type LocalAnswer, localRequest } from "./local-http.js";
 
 export type PortAnswer =
   | { readonly kind: "nothing" }
@@ -19,8 +19,9 @@ export async function probePort(url: string): Promise<PortAnswer> {
   let res: LocalAnswer;
   try {
     res = await localRequest(`${url}/__keybroker/health`, { timeoutMs: 1500 });
-  } catch {
-    return { kind: "nothing" };
+  } catch (err) {
+    // Something answered in HTTP, then broke off, stalled or sent too much: not keybroker.
+    return err instanceof AnswerError ? { kind: "other" } : { kind: "nothing" };
   }
   try {
     const body = JSON.parse(res.text) as { ok?: boolean; pid?: number; ca?: string };

@@ -129,7 +129,9 @@ export class UpstreamTrust {
   get context(): SecureContext {
     if (this.#context !== undefined) return this.#context;
     const roots = this.#roots ?? [];
-    const digest = createHash("sha256").update(roots.join("\n")).digest("hex");
+    const hash = createHash("sha256");
+    for (const pem of roots) hash.update(`${pem.length}:`).update(pem);
+    const digest = hash.digest("hex");
     if (lastContext?.digest !== digest) lastContext = { digest, context: createSecureContext({ ca: roots }) };
     this.#context = lastContext.context;
     this.#roots = undefined;

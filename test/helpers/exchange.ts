@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
+import { expect } from "vitest";
 import type { Exchange, Mode } from "../../proxy/exchange.js";
 import { forwardableRequestHeaders } from "../../proxy/headers.js";
 import { exchangeFor } from "../../proxy/listener/exchange-for.js";
@@ -23,11 +24,19 @@ export function testRuntime(yaml: string, env: Record<string, string> = {}): Pro
   return Runtime.build(rules, resolver, randomBytes(32));
 }
 
-/** One pool store for the file's exchanges, in a home of its own (marks stay in memory). */
-let pools: PoolState | undefined;
+/**
+ * One pool store for each test file's exchanges, in a home of its own (marks stay in memory):
+ * the files a worker runs one after the other share this module (vitest.config.ts), not marks.
+ */
+const pools = new Map<string | undefined, PoolState>();
 function testPools(): PoolState {
-  pools ??= new PoolState(mkdtempSync(join(tmpdir(), "kb-stage-")));
-  return pools;
+  const file = expect.getState().testPath;
+  let store = pools.get(file);
+  if (store === undefined) {
+    store = new PoolState(mkdtempSync(join(tmpdir(), "kb-stage-")));
+    pools.set(file, store);
+  }
+  return store;
 }
 
 export interface RequestInit {

@@ -128,11 +128,14 @@ beforeAll(async () => {
   ({ broker, home, placeholder } = await startOpenAIBehind({ caPath: ca.certPath, port }));
   // grpc-js finds its proxy in the environment when a channel is made.
   process.env.grpc_proxy = broker.url;
-  client = new EchoClient(
-    "api.openai.com:443",
-    grpc.credentials.createSsl(readFileSync(broker.bundlePath)),
-  ) as unknown as Client;
-  delete process.env.grpc_proxy;
+  try {
+    client = new EchoClient(
+      "api.openai.com:443",
+      grpc.credentials.createSsl(readFileSync(broker.bundlePath)),
+    ) as unknown as Client;
+  } finally {
+    delete process.env.grpc_proxy;
+  }
 });
 
 afterAll(async () => {

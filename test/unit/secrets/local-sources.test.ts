@@ -72,7 +72,9 @@ describe("dotenv", () => {
   it("uses sources.dotenv alone when it is set, relative to the rule file", async () => {
     const d = dir();
     mkdirSync(join(d, "conf"));
-    writeFileSync(join(d, "conf", "secrets.env"), "K=configured\n");
+    // Resolving registers the value as a secret for this process's scrubbing (the test files of
+    // a worker share it): a value no other test writes.
+    writeFileSync(join(d, "conf", "secrets.env"), "K=configured-in-the-rule-files-folder\n");
     const rules = parseRules(
       "version: 1\nsources: { dotenv: ./secrets.env }\n",
       join(d, "conf", "k.yaml"),
@@ -82,7 +84,7 @@ describe("dotenv", () => {
       join(d, "conf", "secrets.env"),
     ]);
     const r = createSecretResolver(rules, { env: {}, home: d, cwd: d, warn: () => {} });
-    expect((await r.resolve("dotenv:K")).secret?.reveal()).toBe("configured");
+    expect((await r.resolve("dotenv:K")).secret?.reveal()).toBe("configured-in-the-rule-files-folder");
   });
 
   it("reads a file replaced by an editor (new inode, same size)", async () => {
