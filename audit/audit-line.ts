@@ -108,10 +108,14 @@ export function serialize(
   // fields are quoted as they are when none needs it, which is nearly always. Every string field
   // written below must be in it: the secret search at the end looks only here too.
   const probe = `${entry.client ?? ""}${entry.launch ?? ""}${entry.provider ?? ""}${entry.credential ?? ""}${entry.fingerprint ?? ""}${entry.method ?? ""}${entry.host ?? ""}${path ?? ""}${entry.code ?? ""}${entry.reason ?? ""}`;
-  const q = NEEDS_ESCAPE.test(probe) ? jsonValue : quoted;
+  // The quote looked for first: its search flattens `probe` (a concatenation) in place, where a
+  // regular expression's test would have V8 flatten it through its runtime, at several times the
+  // cost.
+  const q = probe.indexOf('"') === -1 && !NEEDS_ESCAPE.test(probe) ? quoted : jsonValue;
   const time = isoTime(entry.time ?? at);
   const decision = jsonValue(entry.decision);
-  let s = `{"time":${jsonValue(time)},"decision":${decision}`;
+  // A time the broker formatted itself (a number, a Date) has nothing to escape.
+  let s = `{"time":${typeof entry.time === "string" ? jsonValue(time) : `"${time}"`},"decision":${decision}`;
   if (entry.client !== undefined) s += `,"client":${q(entry.client)}`;
   if (entry.launch !== undefined) s += `,"launch":${q(entry.launch)}`;
   if (entry.provider !== undefined) s += `,"provider":${q(entry.provider)}`;

@@ -38,6 +38,88 @@ export function isHopByHop(name: string): boolean {
   }
 }
 
+/**
+ * Names requests and answers carry often, under their usual spellings, by length: each spelling
+ * followed by its lower-case form, one string for the whole process. A name read off the wire is
+ * a new string every time, and every property access, Set or Map lookup with it has V8 hash it
+ * (and look it up in its table of names) first; the process's own copy is hashed once, and
+ * compares with the names in the code by identity. Found by comparing it with the few spellings
+ * of its length, which costs less than hashing it (decision 198).
+ */
+const COMMON_NAMES: string[][] = [];
+for (const name of [
+  "accept",
+  "accept-encoding",
+  "accept-language",
+  "access-control-allow-origin",
+  "age",
+  "alt-svc",
+  "anthropic-beta",
+  "anthropic-version",
+  "authorization",
+  "cache-control",
+  "cf-cache-status",
+  "cf-ray",
+  "connection",
+  "content-encoding",
+  "content-length",
+  "content-type",
+  "cookie",
+  "date",
+  "etag",
+  "expires",
+  "host",
+  "idempotency-key",
+  "keep-alive",
+  "last-modified",
+  "location",
+  "openai-organization",
+  "openai-processing-ms",
+  "openai-project",
+  "openai-version",
+  "origin",
+  "request-id",
+  "retry-after",
+  "server",
+  "set-cookie",
+  "strict-transport-security",
+  "traceparent",
+  "transfer-encoding",
+  "user-agent",
+  "vary",
+  "via",
+  "www-authenticate",
+  "x-api-key",
+  "x-content-type-options",
+  "x-goog-api-client",
+  "x-goog-api-key",
+  "x-request-id",
+  "x-stainless-arch",
+  "x-stainless-lang",
+  "x-stainless-os",
+  "x-stainless-package-version",
+  "x-stainless-retry-count",
+  "x-stainless-runtime",
+  "x-stainless-runtime-version",
+  "x-stainless-timeout",
+]) {
+  const list = COMMON_NAMES[name.length] ?? [];
+  COMMON_NAMES[name.length] = list;
+  list.push(
+    name,
+    name,
+    name.replace(/(^|-)[a-z]/g, (c) => c.toUpperCase()),
+    name,
+  );
+}
+
+/** `raw` in lower case: the process's own string for a common name. */
+export function lowerName(raw: string): string {
+  const list = COMMON_NAMES[raw.length];
+  if (list !== undefined) for (let i = 0; i < list.length; i += 2) if (list[i] === raw) return list[i + 1]!;
+  return raw.toLowerCase();
+}
+
 function connectionTokens(value: string | string[] | undefined): Set<string> | undefined {
   if (value === undefined) return undefined;
   // What HTTP/1.1 clients send on almost every request: nothing to strip besides the header.
@@ -57,7 +139,7 @@ export function forwardableRequestHeaders(
   const named = connectionTokens(connection);
   const out: HeaderList = [];
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toLowerCase();
+    const name = lowerName(raw[i]!);
     if (isHopByHop(name) || named?.has(name)) continue;
     out.push(name, raw[i + 1]!);
   }

@@ -1,6 +1,7 @@
 // The wire side of upstream-h1.ts (decision 188): node's llhttp binding, checked once, and the
 // request head keybroker writes itself, with the checks that keep a header from splitting it.
 import { createRequire } from "node:module";
+import { lowerName } from "./headers.js";
 import type { H2DispatchOptions } from "./upstream-h2.js";
 
 export type IncomingHeaders = Record<string, string | string[]>;
@@ -134,7 +135,8 @@ export function requestHead(
 export function headerObject(lines: readonly string[]): IncomingHeaders {
   const out: IncomingHeaders = {};
   for (let i = 0; i < lines.length; i += 2) {
-    const name = lines[i]!.toLowerCase();
+    const raw = lines[i]!;
+    const name = lowerName(raw);
     const value = lines[i + 1]!;
     const prior = out[name];
     if (prior === undefined) out[name] = value;

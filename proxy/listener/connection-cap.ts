@@ -11,8 +11,9 @@
 // keeps a flood from being shed (decision 138). At the cap the oldest waiting connection is
 // closed, else the one idle the longest; a connection with a request in flight (or an upgrade,
 // or a plain tunnel, where the broker cannot see a request end) never is: when every open one
-// is busy, the new one is refused as before. Both queues are Sets in order of entry (O(1) per
-// event): a connection leaves the idle one when a request starts and re-enters at its end.
+// is busy, the new one is refused as before. Both queues are lists in order of entry, linked
+// through each connection's entry (O(1) per event, and no hashing or table resizing on the
+// request path): a connection leaves the idle one when a request starts and re-enters at its end.
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Logger } from "../../core/log.js";
@@ -21,15 +22,53 @@ import { listenerSocket } from "./engine.js";
 /** At most one log line per kind per this long, with the count since the last one. */
 const LOG_EVERY_MS = 10_000;
 
+/** A connection's place in the cap's books, from its accept until it closes or is shed. */
+interface Entry {
+  readonly socket: Socket;
+  /** Requests in flight; Infinity for a connection in use for good (a tunnel, an upgrade). */
+  busy: number;
+  /** The queue it is in: waiting until its first request, idle between requests, else none. */
+  queue: Queue | undefined;
+  prev: Entry | undefined;
+  next: Entry | undefined;
+}
+
+/** Entries in order of entry, linked through the entries themselves. */
+class Queue {
+  head: Entry | undefined;
+  tail: Entry | undefined;
+  size = 0;
+
+  push(e: Entry): void {
+    e.queue = this;
+    e.prev = this.tail;
+    e.next = undefined;
+    if (this.tail === undefined) this.head = e;
+    else this.tail.next = e;
+    this.tail = e;
+    this.size++;
+  }
+
+  remove(e: Entry): void {
+    if (e.queue !== this) return;
+    if (e.prev === undefined) this.head = e.next;
+    else e.prev.next = e.next;
+    if (e.next === undefined) this.tail = e.prev;
+    else e.next.prev = e.prev;
+    e.queue = undefined;
+    e.prev = undefined;
+    e.next = undefined;
+    this.size--;
+  }
+}
+
 export class ConnectionCap {
   /** Every open connection of the listener, counted until it closes or is shed. */
-  readonly #open = new Set<Socket>();
-  /** Connections that have not sent a request yet, oldest first (a Set keeps its order). */
-  readonly #waiting = new Set<Socket>();
+  readonly #open = new Map<Socket, Entry>();
+  /** Connections that have not sent a request yet, oldest first. */
+  readonly #waiting = new Queue();
   /** Connections whose requests have all been answered, idle the longest first. */
-  readonly #idle = new Set<Socket>();
-  /** Requests in flight per connection; a connection in use for good (a tunnel) is Infinity. */
-  readonly #busy = new Map<Socket, number>();
+  readonly #idle = new Queue();
   readonly #log: Logger;
   #limit: number;
   #shed = 0;
@@ -64,8 +103,8 @@ export class ConnectionCap {
 
   /** A request read from `socket`: its connection is busy until `res` closes. */
   request(socket: unknown, res: { once(event: "close", listener: () => void): unknown }): void {
-    const raw = this.#begin(socket, 1);
-    if (raw !== undefined) res.once("close", () => this.#end(raw));
+    const e = this.#begin(socket, 1);
+    if (e !== undefined) res.once("close", () => this.#end(e));
   }
 
   /** The connection beneath `socket` (a listener socket, or a TLS socket on one) is in use until it closes. */
@@ -73,34 +112,33 @@ export class ConnectionCap {
     this.#begin(socket, Number.POSITIVE_INFINITY);
   }
 
-  #begin(socket: unknown, requests: number): Socket | undefined {
+  #begin(socket: unknown, requests: number): Entry | undefined {
     const raw = listenerSocket(socket);
-    if (raw === undefined || !this.#open.has(raw)) return undefined;
-    this.#waiting.delete(raw);
-    this.#idle.delete(raw);
-    this.#busy.set(raw, (this.#busy.get(raw) ?? 0) + requests);
-    return raw;
+    const e = raw === undefined ? undefined : this.#open.get(raw);
+    if (e === undefined) return undefined;
+    e.queue?.remove(e);
+    e.busy += requests;
+    return e;
   }
 
-  /** A response on `raw` ended: with none left in flight, it is the newest idle connection. */
-  #end(raw: Socket): void {
-    const left = (this.#busy.get(raw) ?? 1) - 1;
-    if (!this.#open.has(raw)) return;
-    if (left > 0) {
-      this.#busy.set(raw, left);
-      return;
+  /** A response on `e`'s connection ended: with none left in flight, it is the newest idle connection. */
+  #end(e: Entry): void {
+    // Closed or shed meanwhile: it is in no book any more.
+    if (this.#open.get(e.socket) !== e) return;
+    e.busy--;
+    if (e.busy <= 0) {
+      e.busy = 0;
+      this.#idle.push(e);
     }
-    this.#busy.delete(raw);
-    this.#idle.add(raw);
   }
 
   #admit(socket: Socket): void {
-    this.#open.add(socket);
-    socket.once("close", () => this.#forget(socket));
+    const e: Entry = { socket, busy: 0, queue: undefined, prev: undefined, next: undefined };
+    this.#open.set(socket, e);
+    socket.once("close", () => this.#forget(e));
     if (this.#open.size > this.#limit) {
-      const oldest = this.#waiting.values().next();
-      const idlest = oldest.done ? this.#idle.values().next() : oldest;
-      if (idlest.done) {
+      const idlest = this.#waiting.head ?? this.#idle.head;
+      if (idlest === undefined) {
         // Every open connection has a request in flight: the new one is refused.
         this.#open.delete(socket);
         socket.destroy();
@@ -109,19 +147,17 @@ export class ConnectionCap {
         return;
       }
       // Uncounted at once, so that a burst of new connections sheds one each.
-      this.#forget(idlest.value);
-      idlest.value.destroy();
+      this.#forget(idlest);
+      idlest.socket.destroy();
       this.#shed++;
       this.#logShed();
     }
-    this.#waiting.add(socket);
+    this.#waiting.push(e);
   }
 
-  #forget(socket: Socket): void {
-    this.#open.delete(socket);
-    this.#waiting.delete(socket);
-    this.#idle.delete(socket);
-    this.#busy.delete(socket);
+  #forget(e: Entry): void {
+    if (this.#open.get(e.socket) === e) this.#open.delete(e.socket);
+    e.queue?.remove(e);
   }
 
   #logShed(): void {

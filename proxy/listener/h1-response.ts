@@ -138,24 +138,26 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
         const value = fields[name];
         if (value === undefined) continue;
         head += fieldLines(name, value, "header");
+        // Names are lower case nearly always (an upstream's answer's are), and common ones the
+        // process's own strings (proxy/headers.ts lowerName): compared by identity first.
         switch (name.length) {
           case 4:
-            if (name.toLowerCase() === "date") date = true;
+            if (name === "date" || name.toLowerCase() === "date") date = true;
             break;
           case 10:
-            if (name.toLowerCase() === "connection") {
+            if (name === "connection" || name.toLowerCase() === "connection") {
               connection = true;
               if (CLOSE_TOKEN.test(String(value))) this.#keepAlive = false;
             }
             break;
           case 14:
-            if (name.toLowerCase() === "content-length") {
+            if (name === "content-length" || name.toLowerCase() === "content-length") {
               if (length !== undefined || typeof value === "object") throw invalidHeader("content-length");
               length = String(value);
             }
             break;
           case 17:
-            if (name.toLowerCase() === "transfer-encoding") te = String(value);
+            if (name === "transfer-encoding" || name.toLowerCase() === "transfer-encoding") te = String(value);
             break;
         }
       }

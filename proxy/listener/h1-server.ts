@@ -67,8 +67,12 @@ const TIMEOUT = Object.assign(new Error("the request headers did not arrive in t
 
 export class H1Server {
   readonly #o: H1ServerOptions;
-  /** Connections between requests: idle, or reading a head. */
-  readonly #waiting = new Set<Conn>();
+  /**
+   * Every connection served and not yet stopped. The sweep looks at each, and each tells by
+   * itself whether it is between requests (idle, or reading a head): a connection does not move
+   * in or out of a set with every request.
+   */
+  readonly #conns = new Set<Conn>();
   #sweep: NodeJS.Timeout | undefined;
   #sweepMs = 0;
   #closed = false;
@@ -91,12 +95,12 @@ export class H1Server {
     this.#startSweep();
   }
 
-  wait(conn: Conn): void {
-    this.#waiting.add(conn);
+  add(conn: Conn): void {
+    this.#conns.add(conn);
   }
 
-  busy(conn: Conn): void {
-    this.#waiting.delete(conn);
+  remove(conn: Conn): void {
+    this.#conns.delete(conn);
   }
 
   close(): void {
@@ -115,11 +119,11 @@ export class H1Server {
   }
 
   #onSweep = (): void => {
-    if (this.#waiting.size === 0) return;
+    if (this.#conns.size === 0) return;
     const now = performance.now();
     const headersMs = this.#o.headersMs();
     const keepAliveMs = this.#o.keepAliveMs();
-    for (const conn of this.#waiting) conn.check(now, headersMs, keepAliveMs);
+    for (const conn of this.#conns) conn.check(now, headersMs, keepAliveMs);
   };
 }
 
@@ -161,10 +165,13 @@ class Conn {
     socket.on("end", this.#onEnd);
     socket.on("error", this.#onError);
     socket.once("close", this.#onClose);
-    server.wait(this);
+    server.add(this);
   }
 
-  /** The sweep: a head late past `timeouts.headers` gets a 408, an idle connection is closed. */
+  /**
+   * The sweep: a head late past `timeouts.headers` gets a 408, an idle connection is closed; one
+   * with a request under way is left alone.
+   */
   check(now: number, headersMs: number, keepAliveMs: number): void {
     if (this.#dead || this.#res !== undefined) return;
     if (this.#headDue) {
@@ -204,7 +211,6 @@ class Conn {
   #waitForHead(): void {
     this.#since = performance.now();
     this.#headDue = false;
-    this.#server.wait(this);
   }
 
   #onData = (chunk: Buffer): void => {
@@ -317,7 +323,6 @@ class Conn {
     this.#res = res;
     this.#bodyLeft = head.length;
     this.#bodyOf = req;
-    this.#server.busy(this);
     if (head.length === 0) {
       req.complete = true;
       req.push(null);
@@ -364,7 +369,7 @@ class Conn {
   #stop(): void {
     if (this.#dead) return;
     this.#dead = true;
-    this.#server.busy(this);
+    this.#server.remove(this);
     const socket = this.socket;
     socket.off("data", this.#onData);
     socket.off("end", this.#onEnd);

@@ -19,6 +19,23 @@ export function parseHostHeader(
   }
 }
 
+let lastHost = "";
+let lastPort = 0;
+let lastSent = "";
+
+/**
+ * `host:port`, made once for a run of requests to the same origin, and flat: a string put
+ * together with `+` is compared by V8 through its runtime, a joined one in place.
+ */
+function hostAndPort(host: string, port: number): string {
+  if (host !== lastHost || port !== lastPort) {
+    lastHost = host;
+    lastPort = port;
+    lastSent = [host, port].join(":");
+  }
+  return lastSent;
+}
+
 export function checkHostBinding(x: Exchange): void {
   if (x.mode !== "intercept") return;
   const hostHeader = x.req.headers.host;
@@ -26,7 +43,7 @@ export function checkHostBinding(x: Exchange): void {
   let hosts = 0;
   for (let i = 0; i < x.headers.length; i += 2) if (x.headers[i] === "host") hosts++;
   // Upstream, the name is written one way only (undici takes the TLS server name from it).
-  const sent = x.port === 443 ? x.host : `${x.host}:${x.port}`;
+  const sent = x.port === 443 ? x.host : hostAndPort(x.host, x.port);
   // What clients send on nearly every request: the Host header spelled as it goes upstream, no
   // SNI or the same name. Nothing to parse or rewrite then. (An IPv6 host is written in brackets
   // and takes the long way.)

@@ -7,6 +7,26 @@ import type { Secret } from "../../secrets/secret.js";
 import type { Exchange, Sites } from "../exchange.js";
 import { setHeader } from "../headers.js";
 
+/**
+ * `text` with every `find` replaced by `value`, as one flat string: replaceAll's result is a
+ * chain of pieces, and each regular-expression check of the header on its way upstream
+ * (proxy/upstream-h1-wire.ts) would have V8 flatten it through its runtime first. No pattern
+ * either: a `$` in the secret is only a `$`.
+ */
+export function substitute(text: string, find: string, value: string): string {
+  let at = text.indexOf(find);
+  if (at === -1) return text;
+  const parts: string[] = [];
+  let from = 0;
+  while (at !== -1) {
+    parts.push(text.slice(from, at), value);
+    from = at + find.length;
+    at = text.indexOf(find, from);
+  }
+  parts.push(text.slice(from));
+  return parts.join("");
+}
+
 function findSites(x: Exchange, placeholder: string): Sites | undefined {
   const inject = x.provider!.rule.inject;
   const sites: Sites = { headers: [], basic: undefined, query: false };
@@ -99,7 +119,7 @@ export function applyCredential(x: Exchange, secret: Secret): void {
     return;
   }
   const placeholder = x.placeholder!;
-  for (const i of plan.sites.headers) x.headers[i] = x.headers[i]!.replaceAll(placeholder, () => value);
+  for (const i of plan.sites.headers) x.headers[i] = substitute(x.headers[i]!, placeholder, value);
   if (plan.sites.basic !== undefined) {
     const decoded = Buffer.from(x.headers[plan.sites.basic]!.slice(6).trim(), "base64").toString("utf8");
     x.headers[plan.sites.basic] =

@@ -6,7 +6,9 @@ import { PassThrough } from "node:stream";
 import type { Dispatcher } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import type { HeaderList } from "../../../proxy/headers.js";
+import { lowerName } from "../../../proxy/headers.js";
 import { H1_PARSER_AVAILABLE, H1Pools } from "../../../proxy/upstream-h1.js";
+import { headerObject } from "../../../proxy/upstream-h1-wire.js";
 
 interface Seen {
   conn: number;
@@ -496,5 +498,46 @@ describe("H1Pools", () => {
     const caught = send(closing, s.origin, {});
     closing.close();
     expect((await caught).error?.code).toBe("UND_ERR_CLOSED");
+  });
+});
+
+describe("headerObject", () => {
+  it("lower-cases every name however it is spelled, the common ones and the rest, and gathers repeats", () => {
+    const lines = [
+      "Content-Type",
+      "application/json",
+      "CONTENT-LENGTH",
+      "12",
+      "content-encoding",
+      "gzip",
+      "Set-Cookie",
+      "a=1",
+      "set-cookie",
+      "b=2",
+      "SET-COOKIE",
+      "c=3",
+      "X-Odd-Name",
+      "x",
+      "Keep-alive",
+      "timeout=5",
+      "Date",
+      "today",
+      "Dat",
+      "short",
+      "Content-Typf",
+      "almost",
+    ];
+    expect(headerObject(lines)).toEqual({
+      "content-type": "application/json",
+      "content-length": "12",
+      "content-encoding": "gzip",
+      "set-cookie": ["a=1", "b=2", "c=3"],
+      "x-odd-name": "x",
+      "keep-alive": "timeout=5",
+      date: "today",
+      dat: "short",
+      "content-typf": "almost",
+    });
+    for (let i = 0; i < lines.length; i += 2) expect(lowerName(lines[i]!)).toBe(lines[i]!.toLowerCase());
   });
 });

@@ -7,7 +7,7 @@ import { createLogger } from "../../../../core/log.js";
 import { matchProvider } from "../../../../proxy/pipeline.js";
 import type { Runtime } from "../../../../proxy/runtime.js";
 import { checkBodyPlaceholders } from "../../../../proxy/stages/check-body-placeholders.js";
-import { applyHeaderRules, createPlanInjection } from "../../../../proxy/stages/inject.js";
+import { applyHeaderRules, createPlanInjection, substitute } from "../../../../proxy/stages/inject.js";
 import { planMcp } from "../../../../proxy/stages/mcp.js";
 import { pickCredential, readBody, SMALL_BODY } from "../../../../proxy/stages/pick-credential.js";
 import { type RequestInit, sentHeader, testExchange, testRuntime } from "../../../helpers/exchange.js";
@@ -237,5 +237,15 @@ describe("applyHeaderRules", () => {
     const other = matched({ host: "example.org", headers: { "x-debug": "1", "accept-encoding": "gzip" } });
     applyHeaderRules(other);
     expect([sentHeader(other, "x-debug"), sentHeader(other, "accept-encoding")]).toEqual(["1", "gzip"]);
+  });
+});
+
+describe("substitute", () => {
+  it("replaces every occurrence, reads no pattern in the value, and leaves text without one as it is", () => {
+    expect(substitute("Bearer PH", "PH", "sk-$&-$1")).toBe("Bearer sk-$&-$1");
+    expect(substitute("PH,PH;xPHx", "PH", "v")).toBe("v,v;xvx");
+    expect(substitute("PHPH", "PH", "")).toBe("");
+    const text = "no placeholder here";
+    expect(substitute(text, "PH", "v")).toBe(text);
   });
 });

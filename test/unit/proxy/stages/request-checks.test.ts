@@ -88,6 +88,22 @@ describe("checkHostBinding", () => {
     const port = matched({ host: "api.openai.com", headers: { Host: "api.openai.com:8443" } });
     expect(refusal(() => checkHostBinding(port)).code).toBe("host_mismatch");
   });
+  it("writes each origin's own Host on another port, whatever came just before", () => {
+    // Consecutive requests to different origins: the stage keeps the last host:port it wrote.
+    const runs: [string, number, string][] = [
+      ["api.openai.com", 8443, "api.openai.com:8443"],
+      ["api.github.com", 8443, "api.github.com:8443"],
+      ["api.github.com", 9443, "api.github.com:9443"],
+      ["api.openai.com", 8443, "api.openai.com:8443"],
+    ];
+    for (const [host, port, sent] of runs) {
+      const x = matched({ host, port, headers: { Host: sent.toUpperCase() } });
+      checkHostBinding(x);
+      expect(sentHeader(x, "host")).toBe(sent);
+      const other = matched({ host, port, headers: { Host: `${host}:${port === 8443 ? 9443 : 8443}` } });
+      expect(refusal(() => checkHostBinding(other)).code).toBe("host_mismatch");
+    }
+  });
 });
 
 describe("canonicalizePath", () => {
