@@ -157,7 +157,8 @@ export class H1Response extends EventEmitter implements ExchangeResponse {
             }
             break;
           case 17:
-            if (name === "transfer-encoding" || name.toLowerCase() === "transfer-encoding") te = String(value);
+            if (name === "transfer-encoding" || name.toLowerCase() === "transfer-encoding")
+              te = String(value);
             break;
         }
       }
