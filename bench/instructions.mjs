@@ -4,10 +4,13 @@
 // VM moves by a factor of two from one minute to the next. Use it to compare two builds or two
 // settings; use `npm run bench` and the peer harness for time.
 //
-//   node bench/instructions.mjs [--n 1000] [--warmup 8000] [--concurrency 1] [--stream]
+//   node bench/instructions.mjs [--n 1000] [--warmup 8000] [--concurrency 1] [--stream | --download MIB]
 //                               [--variant NAME] [--node-options "..."] [--env K=V,...]
 //                               [--top 25] [--keep] [--ca DIR]
 //
+// `--download MIB` makes each request a download of MIB MiB (give small counts: `--warmup 3
+// --n 5`); the figure is then per download, and only user space still, so a change that trades
+// instructions for system calls shows only its first half here.
 // `--ca DIR` starts the broker with the CA in DIR (ca.pem, ca-key.pem; a home's `ca` folder):
 // making one under valgrind (an RSA key) takes minutes on a busy machine.
 // `--variant` takes a broker configuration from bench/variants.mjs (its rule-file snippets, its
@@ -44,6 +47,7 @@ const { values: opts } = parseArgs({
     warmup: { type: "string", default: "8000" },
     concurrency: { type: "string", default: "1" },
     stream: { type: "boolean", default: false },
+    download: { type: "string" },
     variant: { type: "string", default: "default" },
     "node-options": { type: "string" },
     env: { type: "string", default: "" },
@@ -68,6 +72,13 @@ if (variant.oauth || variant.redis || variant.isolated) {
 }
 const N = Number(opts.n);
 const WARMUP = Number(opts.warmup);
+/** What each request is, when it is not a plain POST. */
+const WHAT =
+  opts.download !== undefined
+    ? `downloads of ${opts.download} MiB`
+    : opts.stream
+      ? "SSE streams of 20 chunks"
+      : "";
 const CONC = Number(opts.concurrency);
 const log = (msg) => process.stderr.write(`[instructions] ${msg}\n`);
 
@@ -243,6 +254,7 @@ try {
   const target = makeTarget({ name: "keybroker", upstream, broker });
   const d = target.dispatcher({ connections: CONC });
   const one = async () => {
+    if (opts.download !== undefined) return target.download(d, Number(opts.download));
     if (!opts.stream) return target.post(d);
     const res = await target.openStream(d, { bench_chunks: 20, bench_interval_ms: 0 });
     for await (const _ of res.body);
@@ -268,7 +280,7 @@ try {
 
   const control = (...args) => execFileSync("callgrind_control", args, { stdio: "ignore" });
   control("-i", "on", String(broker.pid));
-  log(`measuring: ${N} requests${opts.stream ? " (SSE, 20 chunks each)" : ""}, ${CONC} at a time`);
+  log(`measuring: ${N} requests${WHAT ? ` (${WHAT})` : ""}, ${CONC} at a time`);
   const t0 = performance.now();
   await run(N);
   const seconds = (performance.now() - t0) / 1000;
@@ -300,7 +312,7 @@ try {
   }
   console.log(
     `keybroker instructions per request: ${perReq(total).toLocaleString("en")} ` +
-      `(${N} ${opts.stream ? "SSE streams of 20 chunks" : "1 KB POSTs"}, concurrency ${CONC}, ` +
+      `(${N} ${WHAT || "1 KB POSTs"}, concurrency ${CONC}, ` +
       `variant ${variant.name}, node flags: ${flags.join(" ") || "none"}${opts.env ? `, env ${opts.env}` : ""}; ${seconds.toFixed(1)} s under callgrind)`,
   );
   // TurboFan goes on optimizing functions that became hot late (a timer's callback, a rare
