@@ -64,7 +64,32 @@ function writeCaDir(dir: string, certs: readonly string[]): void {
     writeFileSync(join(next, `${hash}.${n}`), `${pem}\n`, { mode: 0o644 });
   }
   const old = `${dir}.${process.pid}.old`;
-  if (existsSync(dir)) renameSync(dir, old);
-  renameSync(next, dir);
+  // Another process may swap its own folder in at the same moment (two commands starting a
+  // broker from one home): a rename onto a folder that is there fails, so each attempt first
+  // moves aside whatever is in place, and the last writer's folder stays. After ten attempts
+  // lost to others, theirs stays: writers from one home write the same certificates.
+  for (let attempt = 1; ; attempt++) {
+    rmSync(old, { recursive: true, force: true });
+    try {
+      renameSync(dir, old);
+    } catch (err) {
+      if (errCode(err) !== "ENOENT") throw err;
+    }
+    try {
+      renameSync(next, dir);
+      break;
+    } catch (err) {
+      const code = errCode(err);
+      if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt >= 50) throw err;
+      if (attempt >= 10 && existsSync(dir)) {
+        rmSync(next, { recursive: true, force: true });
+        break;
+      }
+    }
+  }
   rmSync(old, { recursive: true, force: true });
+}
+
+function errCode(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException).code;
 }

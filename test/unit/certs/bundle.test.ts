@@ -6,6 +6,7 @@ import { bundleDirFor, systemRootsPem, writeTrustBundle } from "../../../certs/b
 import { loadOrCreateCa } from "../../../certs/ca.js";
 import { LeafMinter } from "../../../certs/leaf.js";
 import { KNOWN_CA_FILES, type SystemRootsOptions } from "../../../certs/system-roots.js";
+import { ROOT } from "../../helpers/broker.js";
 import { makeHome, removeHomes, run } from "./helpers.js";
 
 afterAll(removeHomes);
@@ -114,6 +115,32 @@ describe("trust bundle", () => {
     writeTrustBundle(ca, home, { env: { SSL_CERT_FILE: path } });
     expect(readFileSync(path, "utf8")).toBe(first);
   });
+
+  it("survives processes rewriting it at once (two commands starting a broker from one home)", async () => {
+    const home = makeHome();
+    loadOrCreateCa(home);
+    // Two small root sets taken in turn, so that every call rewrites the folder, quickly.
+    writeFileSync(join(home, "one.crt"), `${rootCertificates[0]}\n`);
+    writeFileSync(join(home, "two.crt"), `${rootCertificates.slice(1, 3).join("\n")}\n`);
+    const script = `
+      import { writeTrustBundle } from ${JSON.stringify(join(ROOT, "dist/certs/bundle.js"))};
+      import { loadOrCreateCa } from ${JSON.stringify(join(ROOT, "dist/certs/ca.js"))};
+      const home = process.argv[1];
+      const ca = loadOrCreateCa(home);
+      const roots = (f) => ({ env: {}, knownFiles: [home + "/" + f], systemStore: () => undefined });
+      const sets = [roots("one.crt"), roots("two.crt")];
+      for (let i = 0; i < 400; i++) writeTrustBundle(ca, home, sets[i % 2]);
+    `;
+    const runs = await Promise.all(
+      Array.from({ length: 4 }, () => run(process.execPath, ["--input-type=module", "-e", script, home])),
+    );
+    for (const r of runs) expect(r.stderr).toBe("");
+    expect(runs.map((r) => r.code)).toEqual([0, 0, 0, 0]);
+    // What is left is one whole folder, and nothing of the writers' own.
+    const left = readdirSync(join(home, "ca")).filter((f) => f.startsWith("bundle.d"));
+    expect(left).toEqual(["bundle.d"]);
+    expect(readdirSync(join(home, "ca", "bundle.d")).length).toBeGreaterThanOrEqual(2);
+  }, 60_000);
 
   it("is a CA file openssl can verify a leaf against", async () => {
     const home = makeHome();
