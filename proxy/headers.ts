@@ -158,6 +158,16 @@ export function forwardableResponseHeaders(headers: IncomingHttpHeaders): Record
   return out;
 }
 
+/**
+ * Makes `list` hold what `from` holds, in place (stages keep the request's list; a retry starts
+ * again from the plan's). Its length is set only when it differs: setting an array's length is
+ * a call into V8's runtime, and a spread push a generic call (decision 198).
+ */
+export function replaceHeaders(list: HeaderList, from: readonly string[]): void {
+  for (let i = 0; i < from.length; i++) list[i] = from[i]!;
+  if (list.length !== from.length) list.length = from.length;
+}
+
 export function getHeader(list: HeaderList, name: string): string | undefined {
   for (let i = 0; i < list.length; i += 2) if (list[i] === name) return list[i + 1];
   return undefined;

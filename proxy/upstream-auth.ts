@@ -7,7 +7,7 @@ import type { AwsSigV4Auth, GoogleServiceAccountAuth, ProviderRule } from "../ru
 import { DEFAULT_GOOGLE_SCOPE, GoogleTokenSource } from "../secrets/google-sa.js";
 import { describeAttempts, type SecretResolver } from "../secrets/resolver.js";
 import { Secret } from "../secrets/secret.js";
-import { removeHeader, setHeader } from "./headers.js";
+import { removeHeader, replaceHeaders, setHeader } from "./headers.js";
 import type { AuthTarget, UpstreamAuth } from "./runtime.js";
 
 export type { UpstreamAuth };
@@ -123,8 +123,7 @@ function awsSigV4(rule: ProviderRule, auth: AwsSigV4Auth, resolver: SecretResolv
         auth.service,
         { accessKeyId: id.reveal(), secretAccessKey: key.reveal(), sessionToken: token?.reveal() },
       );
-      x.headers.length = 0;
-      x.headers.push(...signed);
+      replaceHeaders(x.headers, signed);
       x.secret = new Secret(key.reveal(), `aws_sigv4:${id.id}`, key.source);
     },
     rejected() {

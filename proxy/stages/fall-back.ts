@@ -4,7 +4,7 @@
 import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import type { Exchange } from "../exchange.js";
-import { setHeader } from "../headers.js";
+import { replaceHeaders, setHeader } from "../headers.js";
 import { firstPolicyMatch } from "./apply-policy.js";
 import { policyTarget } from "./canonicalize-path.js";
 import { createPlanInjection } from "./inject.js";
@@ -100,8 +100,7 @@ export class FallBack {
       x.port = Number(upstream.port) || 443;
       x.path = path;
       setHeader(headers, "host", x.port === 443 ? x.host : `${x.host}:${x.port}`);
-      x.headers.length = 0;
-      x.headers.push(...headers);
+      replaceHeaders(x.headers, headers);
       x.injection = undefined;
       x.tried.clear();
       this.#plan(x);

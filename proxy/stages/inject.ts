@@ -5,7 +5,7 @@ import { BrokerError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange, Sites } from "../exchange.js";
-import { setHeader } from "../headers.js";
+import { replaceHeaders, setHeader } from "../headers.js";
 
 /**
  * `text` with every `find` replaced by `value`, as one flat string: replaceAll's result is a
@@ -100,12 +100,7 @@ export function applyCredential(x: Exchange, secret: Secret): void {
   const rule = x.provider!.rule;
   // `substitute` reads no pattern: a `$` in a secret is not taken for a `$&`.
   const value = secret.reveal();
-  // The plan's headers copied over the request's in place: setting an array's length is a call
-  // into V8's runtime, made only when the two lengths differ (they seldom do).
-  const from = plan.headers;
-  const to = x.headers;
-  for (let i = 0; i < from.length; i++) to[i] = from[i]!;
-  if (to.length !== from.length) to.length = from.length;
+  replaceHeaders(x.headers, plan.headers);
   x.path = plan.path;
   x.secret = secret;
   if (plan.sites === undefined) {

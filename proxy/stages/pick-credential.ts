@@ -7,6 +7,7 @@ import { CLIENT_CREDENTIALS_ID, isExpired } from "../../secrets/oauth/refresher.
 import { describeAttempts } from "../../secrets/resolver.js";
 import type { Secret } from "../../secrets/secret.js";
 import type { Exchange } from "../exchange.js";
+import { replaceHeaders } from "../headers.js";
 import { applyCredential, applyHeaderRules } from "./inject.js";
 
 export const DEFAULT_RETRY_BODY_LIMIT = 4 * 1024 * 1024;
@@ -311,8 +312,7 @@ async function authorize(
   const auth = x.rt.upstreamAuth.get(provider);
   if (auth === undefined) throw new Error(`no authorizer for provider ${provider}`);
   // A retry starts again from the request as the client sent it.
-  x.headers.length = 0;
-  x.headers.push(...injection.headers);
+  replaceHeaders(x.headers, injection.headers);
   x.path = injection.path;
   applyHeaderRules(x);
   await auth.authorize(x);

@@ -4,6 +4,7 @@ import {
   forwardableResponseHeaders,
   getHeader,
   isHopByHop,
+  replaceHeaders,
   setHeader,
 } from "../../../proxy/headers.js";
 
@@ -80,5 +81,19 @@ describe("hop-by-hop headers", () => {
     setHeader(list, "a", "9");
     expect(list).toEqual(["b", "2", "a", "9"]);
     expect(getHeader(list, "b")).toBe("2");
+  });
+});
+
+describe("replaceHeaders", () => {
+  it("makes the list hold the other's entries, in place, whether it was longer or shorter", () => {
+    const list = ["a", "1", "b", "2", "c", "3"];
+    const same = list;
+    replaceHeaders(list, ["x", "9"]);
+    expect(list).toBe(same);
+    expect(list).toEqual(["x", "9"]);
+    replaceHeaders(list, ["p", "1", "q", "2", "r", "3"]);
+    expect(list).toEqual(["p", "1", "q", "2", "r", "3"]);
+    replaceHeaders(list, []);
+    expect(list).toEqual([]);
   });
 });
