@@ -48,6 +48,8 @@ export interface ExchangeResponse {
   destroy(err?: Error): unknown;
   /** "close" (the client went away or the answer ended), "drain", "finish". */
   once(event: "close" | "drain" | "finish", listener: () => void): unknown;
+  /** For an event that comes once ("close", "finish"): no wrapper to make and drop, as once has. */
+  on(event: "close" | "finish", listener: () => void): unknown;
   off(event: "close", listener: () => void): unknown;
   /** Trailer fields to send after the body (node's; HTTP/1.1 sends them only when chunked). */
   addTrailers?(headers: OutgoingHttpHeaders | IncomingHttpHeaders): void;

@@ -169,7 +169,9 @@ class Forwarding implements Dispatcher.DispatchHandler {
     readonly reject: (err: unknown) => void,
   ) {
     const { req, res } = x;
-    res.once("close", this.#onClose);
+    // `on` rather than `once` (a wrapper a request): a response closes once, and #onClose would
+    // do nothing the second time anyway.
+    res.on("close", this.#onClose);
     this.#patterns = x.rt.scrubPatterns(x);
     this.body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
     this.result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;

@@ -122,7 +122,7 @@ export function startResponse(
       end: (done) => {
         writer.release();
         res.end();
-        res.once("finish", done);
+        res.on("finish", done);
       },
     };
   }
@@ -148,7 +148,7 @@ export function startResponse(
         headers["content-length"] = String(body.length);
         res.writeHead(status, reason, headers);
         res.end(body);
-        res.once("finish", done);
+        res.on("finish", done);
       },
     };
   }
@@ -179,7 +179,7 @@ export function startResponse(
         const tail = scrubber.end();
         writer.release();
         res.end(tail.length > 0 ? tail : undefined);
-        res.once("finish", done);
+        res.on("finish", done);
       },
     };
   }
@@ -200,7 +200,7 @@ export function startResponse(
         const tail = scrubber.end();
         writer.release();
         res.end(tail.length > 0 ? tail : undefined);
-        res.once("finish", done);
+        res.on("finish", done);
       });
       head.end();
     },

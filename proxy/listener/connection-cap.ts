@@ -102,9 +102,11 @@ export class ConnectionCap {
   }
 
   /** A request read from `socket`: its connection is busy until `res` closes. */
-  request(socket: unknown, res: { once(event: "close", listener: () => void): unknown }): void {
+  request(socket: unknown, res: { on(event: "close", listener: () => void): unknown }): void {
     const e = this.#begin(socket, 1);
-    if (e !== undefined) res.once("close", () => this.#end(e));
+    // `on`, not `once` (a wrapper object and a bound function a request): a response closes once,
+    // and #end ignores a connection already idle.
+    if (e !== undefined) res.on("close", () => this.#end(e));
   }
 
   /** The connection beneath `socket` (a listener socket, or a TLS socket on one) is in use until it closes. */
@@ -124,7 +126,7 @@ export class ConnectionCap {
   /** A response on `e`'s connection ended: with none left in flight, it is the newest idle connection. */
   #end(e: Entry): void {
     // Closed or shed meanwhile: it is in no book any more.
-    if (this.#open.get(e.socket) !== e) return;
+    if (this.#open.get(e.socket) !== e || e.queue !== undefined) return;
     e.busy--;
     if (e.busy <= 0) {
       e.busy = 0;

@@ -96,6 +96,11 @@ export class H2Response implements ExchangeResponse {
     return this;
   }
 
+  on(event: "close" | "finish", listener: () => void): this {
+    this.#stream.on(event, listener);
+    return this;
+  }
+
   off(event: "close", listener: () => void): this {
     this.#stream.off(event, listener);
     return this;
