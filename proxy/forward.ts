@@ -10,6 +10,7 @@ import { type BodySink, sendWhole, startResponse } from "./response-body.js";
 import { scrubHeaders } from "./scrub-stream.js";
 import type { HeadStage } from "./stages/stage.js";
 import { PrivateAddressError } from "./upstream.js";
+import type { H2DispatchOptions } from "./upstream-h2.js";
 import type { UpstreamDispatch } from "./upstream-router.js";
 
 const TLS_CODES = new Set([
@@ -120,21 +121,9 @@ export function forward(
 ): Promise<ForwardResult> {
   return new Promise((resolve, reject) => {
     const call = new Forwarding(x, hold, head, resolve, reject);
-    const timeout = upstreamTimeoutMs(x);
     call.sentAt = performance.now();
     try {
-      agent.dispatch(
-        {
-          origin: originOf(x),
-          path: x.path,
-          method: x.method,
-          headers: x.headers,
-          body: call.body,
-          headersTimeout: timeout,
-          bodyTimeout: timeout,
-        },
-        call,
-      );
+      agent.dispatch(call.sent, call);
     } catch (err) {
       call.fail(err);
     }
@@ -149,10 +138,11 @@ export function forward(
 class Forwarding implements Dispatcher.DispatchHandler {
   readonly result: ForwardResult = { status: 0, bytesIn: 0, bytesOut: 0 };
   /**
-   * The request body streams straight into the upstream client, which pauses it for
-   * backpressure. Adding a 'data' listener here would switch it to flowing mode and lose chunks.
+   * What goes to the upstream client. A streamed request body goes straight into it, which
+   * pauses it for backpressure: a 'data' listener here would switch it to flowing mode and lose
+   * chunks.
    */
-  readonly body: NonNullable<Exchange["body"] | Exchange["bodyStream"]> | Exchange["req"] | null;
+  readonly sent: { -readonly [K in keyof H2DispatchOptions]: H2DispatchOptions[K] };
   readonly #patterns: ReturnType<Exchange["rt"]["scrubPatterns"]>;
   #controller: Dispatcher.DispatchController | undefined;
   #done = false;
@@ -173,7 +163,16 @@ class Forwarding implements Dispatcher.DispatchHandler {
     // do nothing the second time anyway.
     res.on("close", this.#onClose);
     this.#patterns = x.rt.scrubPatterns(x);
-    this.body = x.body ?? x.bodyStream ?? (hasBody(x) ? req : null);
+    const timeout = upstreamTimeoutMs(x);
+    this.sent = {
+      origin: originOf(x),
+      path: x.path,
+      method: x.method,
+      headers: x.headers,
+      body: x.body ?? x.bodyStream ?? (hasBody(x) ? req : null),
+      headersTimeout: timeout,
+      bodyTimeout: timeout,
+    };
     this.result.bytesOut = Number(req.headers["content-length"] ?? 0) || 0;
   }
 
@@ -220,6 +219,13 @@ class Forwarding implements Dispatcher.DispatchHandler {
   ): boolean {
     try {
       this.#sink = startResponse(this.x.res, status, message, headers, this.#patterns);
+      // The answer has begun, so the request cannot be sent again (another credential, a
+      // refreshed token): a body read into memory is let go rather than kept for as long as the
+      // answer streams (decision 199). The upstream client has it, or has written it, already.
+      if (Buffer.isBuffer(this.sent.body)) {
+        this.sent.body = null;
+        this.x.body = undefined;
+      }
       return true;
     } catch (err) {
       c.abort(err as Error);
