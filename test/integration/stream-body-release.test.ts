@@ -4,6 +4,7 @@
 // upstream after their first event; with the bodies kept, the process's ArrayBuffer memory
 // stays 24 MiB above where it started until the answers end.
 import type { ServerResponse } from "node:http";
+import { Readable } from "node:stream";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { type ProxyAgent, request } from "undici";
@@ -66,7 +67,7 @@ async function startStream() {
       "content-type": "application/json",
       "content-length": String(BODY),
     },
-    body: body(),
+    body: Readable.from(body()),
   });
   const reader = res.body[Symbol.asyncIterator]();
   const first = await reader.next();
