@@ -168,6 +168,8 @@ export class ScrubPatterns {
   #groups: AnchorGroup[] | undefined;
   /** Forms by their first byte, for the tail check. */
   readonly #byFirst: (SearchForm[] | undefined)[] = new Array(256);
+  /** 1 for each byte that some form, or some JSON spelling of a secret, holds (the tail check). */
+  readonly #inForm = new Uint8Array(256);
   /** Longest form length − 1: the most a stream ever holds back. */
   readonly holdback: number;
   /**
@@ -223,6 +225,7 @@ export class ScrubPatterns {
       }
       for (const f of base64Forms(Buffer.from(secret))) add(f.bytes, f.replacement);
       json.push(new JsonEscapedForm(secret, Buffer.from(JSON.stringify(replacement).slice(1, -1))));
+      for (const b of Buffer.from(secret)) this.#inForm[b] = 1;
       jsonPairs.push(pair);
     }
     this.#json = json;
@@ -251,7 +254,11 @@ export class ScrubPatterns {
       : undefined;
     // Sorted longest first: the last is the shortest.
     this.#shortest = this.#asciiForms === undefined ? 0 : (forms.at(-1)?.bytes.length ?? 0);
+    // A JSON spelling is the secret's own bytes and escapes: `\uXXXX` in either case of hex, or
+    // a short escape (json-escaped-form.ts).
+    if (json.length > 0) for (const b of Buffer.from('\\u0123456789abcdefABCDEF"/bfnrt')) this.#inForm[b] = 1;
     for (const f of this.#forms) {
+      for (const b of f.bytes) this.#inForm[b] = 1;
       const first = f.bytes[0]!;
       const bucket = this.#byFirst[first] ?? [];
       bucket.push(f);
@@ -289,7 +296,14 @@ export class ScrubPatterns {
     // Without them, no prefix starts further back than the longest fixed form (an SSE event of
     // 200 bytes is otherwise scanned whole, byte by byte, for a key of 40 characters).
     const byFirst = this.#byFirst;
-    for (let p = json ? start : Math.max(from, len - this.#fixedHoldback); p < len; p++) {
+    // A held tail runs to the chunk's end, so it starts after the last byte that no form holds:
+    // the newline that ends an SSE event releases the whole chunk without a look at its tail.
+    const inForm = this.#inForm;
+    let last = len - 1;
+    for (const first = json ? start : Math.max(from, len - this.#fixedHoldback); last >= first; last--) {
+      if (inForm[data[last]!] === 0) break;
+    }
+    for (let p = last + 1; p < len; p++) {
       const byte = data[p]!;
       if (json && this.#jsonFirst[byte] === 1) {
         for (const j of this.#json) if (j.isPrefixAt(data, p)) return p;

@@ -241,6 +241,21 @@ describe("ResponseScrubber: streaming", () => {
     expect(s.pending).toBe(0);
   });
 
+  it("holds a tail ending in a byte only an unusual secret holds (a newline), and scrubs it", () => {
+    const pem = "-----BEGIN KEY-----\nMIIEvAIBADANBgkqhkiG9w0BAQEFAASC\n-----END KEY-----";
+    const own = new ScrubPatterns([{ secret: pem, replacement: "kb-key" }]);
+    const body = Buffer.from(`data: ${pem}\n\n`);
+    for (let i = 0; i <= body.length; i++) {
+      const out = streamed([body.subarray(0, i), body.subarray(i)], own);
+      expect(out.toString(), `split at ${i}`).toBe("data: kb-key\n\n");
+    }
+    // Without such a secret the same event's closing newline releases it whole.
+    const event = Buffer.from('data: {"delta":"-----BEGIN KEY-----"}\n\n');
+    const s = new ResponseScrubber(patterns);
+    expect(s.push(event)).toBe(event);
+    expect(s.pending).toBe(0);
+  });
+
   it("releases the held tail on end()", () => {
     const s = new ResponseScrubber(patterns);
     expect(s.push(Buffer.from("abc sk-real")).toString()).toBe("abc ");
@@ -323,6 +338,22 @@ describe("ScrubPatterns: every JSON spelling", () => {
       expect(streamed([...body].map((b) => Buffer.from([b]))).equals(whole)).toBe(true);
     });
   }
+
+  it("holds the start of a spelling whose escapes no fixed form of its secret holds, at every split", () => {
+    // One key of letters and digits: no fixed form of it holds a backslash, so only the JSON
+    // spellings' alphabet tells the tail check that `\` or `\u00` may begin one.
+    const key = "sk-plain-0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d";
+    const own = new ScrubPatterns([{ secret: key, replacement: OPENAI_PH }]);
+    for (const spelling of [uEscaped(key), uEscaped(key, (i) => i > 20, true)]) {
+      const body = Buffer.from(`data: {"k":"${spelling}"}\n\n`);
+      const whole = own.scrubBuffer(body);
+      expect(whole.toString()).toContain(OPENAI_PH);
+      for (let i = 0; i <= body.length; i++) {
+        const out = streamed([body.subarray(0, i), body.subarray(i)], own);
+        if (!out.equals(whole)) expect.fail(`split at ${i}: ${out.toString()}`);
+      }
+    }
+  });
 
   it("keeps the length when replacements must (a body of known length)", () => {
     const body = Buffer.from(`{"k":"${uEscaped(OPENAI, (i) => i < 5)}"}`);
