@@ -69,6 +69,21 @@ export const REQUEST_METHODS: readonly string[] | undefined = (() => {
 export const H1_PARSER_AVAILABLE = HTTPParser !== undefined;
 
 /**
+ * Turns off the read-ahead turn node's Readable takes after each chunk a socket pushes
+ * (`maybeReadMore`, one `process.nextTick` a read). It is for streams read on demand; a socket's
+ * handle reads whenever bytes arrive, stops when its buffer is full and starts again when it is
+ * read below the mark, so the turn only ever finds the socket already reading. On Node 22 and 24
+ * a tick costs about 5,000 instructions (the tick object gets a private-symbol field V8 adds
+ * through its runtime), two a plain request through the broker (decision 201). Node's own
+ * IncomingMessage turns the same flag on for the same reason. A stream without the internal
+ * state (some other node) is left as it is.
+ */
+export function withoutReadAhead(stream: NodeJS.ReadableStream): void {
+  const state = (stream as { _readableState?: { readingMore?: boolean } })._readableState;
+  if (state !== undefined && typeof state.readingMore === "boolean") state.readingMore = true;
+}
+
+/**
  * What a header value may hold (undici's and node's rule): tab, visible ASCII and latin1 above
  * 0x7f. Anything else is refused, not only CR and LF: the head is written as latin1, which keeps
  * the low byte of a character above U+00FF, so U+010D U+010A would go out as CR LF.

@@ -20,6 +20,7 @@ import {
   type IncomingHeaders,
   type Parser,
   requestHead,
+  withoutReadAhead,
 } from "./upstream-h1-wire.js";
 import { type H2DispatchOptions, UpstreamStreamError } from "./upstream-h2.js";
 
@@ -82,6 +83,7 @@ class Conn {
     parser[P.kOnBody] = this.#onBody;
     parser[P.kOnMessageComplete] = this.#onEnd;
     this.parser = parser;
+    withoutReadAhead(socket);
     socket.on("readable", this.read);
     socket.on("end", this.#onSocketEnd);
     socket.on("error", this.#onError);

@@ -1,0 +1,81 @@
+// Decision 201: the broker's sockets skip node's read-ahead turn after each read, and a request
+// whose body came whole with its head is not announced on a turn of its own. Each such turn is a
+// `process.nextTick`, about 5,000 instructions on Node 22 and 24; a plain request took four.
+// The ticks this process schedules while requests pass are recorded, with the stream each is
+// for, and told apart by port: the broker's side of each connection, or the client's and the
+// fake upstream's (which keep node's ticks: they are not the broker's).
+import type { IncomingMessage } from "node:http";
+import type { Socket } from "node:net";
+import { type ProxyAgent, request } from "undici";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+
+let f: InProcessFixture;
+let agent: ProxyAgent;
+let ph: string;
+
+beforeAll(async () => {
+  f = await startInProcessFixture();
+  agent = f.proxyAgent();
+  ph = await f.placeholder("openai");
+});
+
+afterAll(async () => {
+  await agent?.close();
+  await f?.close();
+  expect(f.leaks()).toEqual([]);
+});
+
+async function post(): Promise<number> {
+  const res = await request("https://api.openai.com/v1/chat/completions", {
+    method: "POST",
+    dispatcher: agent,
+    headers: { authorization: `Bearer ${ph}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: "x".repeat(1000) }] }),
+  });
+  await res.body.text();
+  return res.statusCode;
+}
+
+/** The ticks scheduled while `run` goes on: each callback's name and its first argument. */
+async function ticksDuring(run: () => Promise<void>): Promise<Array<{ name: string; arg: unknown }>> {
+  const seen: Array<{ name: string; arg: unknown }> = [];
+  const original = process.nextTick;
+  process.nextTick = ((cb: (...a: unknown[]) => void, ...args: unknown[]) => {
+    seen.push({ name: cb.name, arg: args[0] });
+    original(cb, ...args);
+  }) as typeof process.nextTick;
+  try {
+    await run();
+  } finally {
+    process.nextTick = original;
+  }
+  return seen;
+}
+
+/** Which side of which connection a socket is, by its ports. */
+function sideOf(s: Socket): string {
+  if (s.localPort === f.broker.port) return "broker, client side";
+  if (s.remotePort === f.upstream.port) return "broker, upstream side";
+  if (s.remotePort === f.broker.port) return "client";
+  if (s.localPort === f.upstream.port) return "upstream";
+  return "other";
+}
+
+it("takes no read-ahead turn on its sockets and no turn to announce a whole body", async () => {
+  for (let i = 0; i < 5; i++) expect(await post()).toBe(200);
+  const requests = 20;
+  const ticks = await ticksDuring(async () => {
+    for (let i = 0; i < requests; i++) expect(await post()).toBe(200);
+  });
+  const readAhead = ticks.filter((t) => t.name === "maybeReadMore_").map((t) => sideOf(t.arg as Socket));
+  const announced = ticks
+    .filter((t) => t.name === "emitReadable_")
+    .map((t) => t.arg)
+    .filter((s) => (s as IncomingMessage).socket !== undefined && "method" in (s as object))
+    .map((s) => sideOf((s as IncomingMessage).socket));
+  // The other ends are node's own sockets and servers: their ticks show that ticks were seen.
+  expect(readAhead.filter((side) => side === "client" || side === "upstream").length).toBeGreaterThan(0);
+  expect(readAhead.filter((side) => side.startsWith("broker"))).toEqual([]);
+  expect(announced.filter((side) => side.startsWith("broker"))).toEqual([]);
+});
