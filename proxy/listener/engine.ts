@@ -7,6 +7,7 @@ import { connect as netConnect, type Socket } from "node:net";
 import { Duplex } from "node:stream";
 import { TLSSocket } from "node:tls";
 import type { LeafMinter } from "../../certs/leaf.js";
+import { withoutReadAhead } from "../upstream-h1-wire.js";
 
 /** What the CONNECT said, attached to the TLS socket for the requests that follow on it. */
 export interface ConnectInfo {
@@ -184,6 +185,9 @@ export function tunnel(
 ): void {
   const upstream = netConnect({ host: target.host, port: target.port });
   upstream.setNoDelay(true);
+  // Each piped chunk would otherwise cost a read-ahead turn on each socket (decision 201).
+  withoutReadAhead(socket);
+  withoutReadAhead(upstream);
   socket.setTimeout(idleMs, () => socket.destroy());
   let connected = false;
   upstream.once("connect", () => {

@@ -1,12 +1,14 @@
 // Decision 201: the broker's sockets skip node's read-ahead turn after each read, and a request
 // whose body came whole with its head is not announced on a turn of its own. Each such turn is a
-// `process.nextTick`, about 5,000 instructions on Node 22 and 24; a plain request took four.
+// `process.nextTick`, about 5,000 instructions on Node 22 and 24; a plain request took four, and
+// a tunnel (a host without a rule) one for each piece in each direction.
 // The ticks this process schedules while requests pass are recorded, with the stream each is
 // for, and told apart by port: the broker's side of each connection, or the client's and the
 // fake upstream's (which keep node's ticks: they are not the broker's).
+import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
-import { type ProxyAgent, request } from "undici";
+import { ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
@@ -78,4 +80,29 @@ it("takes no read-ahead turn on its sockets and no turn to announce a whole body
   expect(readAhead.filter((side) => side === "client" || side === "upstream").length).toBeGreaterThan(0);
   expect(readAhead.filter((side) => side.startsWith("broker"))).toEqual([]);
   expect(announced.filter((side) => side.startsWith("broker"))).toEqual([]);
+});
+
+it("takes no read-ahead turn on either socket of a tunnel", async () => {
+  // tunnel.test has no rule: resolve: sends it to the fake upstream, whose own certificate the
+  // client checks through the tunnel.
+  const direct = new ProxyAgent({
+    uri: f.broker.url,
+    requestTls: { ca: readFileSync(f.upstream.caPath, "utf8") },
+  });
+  try {
+    const get = async () => {
+      const res = await request("https://tunnel.test/v1/models", { dispatcher: direct });
+      await res.body.text();
+      return res.statusCode;
+    };
+    await get();
+    const ticks = await ticksDuring(async () => {
+      for (let i = 0; i < 10; i++) await get();
+    });
+    const readAhead = ticks.filter((t) => t.name === "maybeReadMore_").map((t) => sideOf(t.arg as Socket));
+    expect(readAhead.filter((side) => side === "client" || side === "upstream").length).toBeGreaterThan(0);
+    expect(readAhead.filter((side) => side.startsWith("broker"))).toEqual([]);
+  } finally {
+    await direct.close();
+  }
 });
