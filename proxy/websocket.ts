@@ -10,6 +10,7 @@ import { type HeldResponse, HOLD_LIMIT, upstreamError } from "./forward.js";
 import { removeHeader } from "./headers.js";
 import { type BodySink, startResponse } from "./response-body.js";
 import { ResponseScrubber, scrubHeaders } from "./scrub-stream.js";
+import { withoutReadAhead } from "./upstream-h1-wire.js";
 
 /**
  * An HTTP/1.1 upgrade: the client's raw socket, the bytes read past the request's head, and the
@@ -127,6 +128,9 @@ export async function forwardUpgrade(
   const headers = patterns?.active ? scrubHeaders(patterns, data.headers) : data.headers;
   client.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(headers)}\r\n`);
   if (head.length > 0) upstream.write(head);
+  // Each frame read on either side would otherwise cost a read-ahead turn (decision 201).
+  withoutReadAhead(client);
+  withoutReadAhead(upstream);
   client.on("error", () => upstream.destroy());
   upstream.on("error", () => client.destroy());
   client.on("close", () => upstream.destroy());

@@ -5,10 +5,12 @@
 // The ticks this process schedules while requests pass are recorded, with the stream each is
 // for, and told apart by port: the broker's side of each connection, or the client's and the
 // fake upstream's (which keep node's ticks: they are not the broker's).
+import { createHash } from "node:crypto";
+import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
-import { ProxyAgent, request } from "undici";
+import { ProxyAgent, request, WebSocket } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
 
@@ -105,4 +107,51 @@ it("takes no read-ahead turn on either socket of a tunnel", async () => {
   } finally {
     await direct.close();
   }
+});
+
+/** A WebSocket upstream that sends each short text frame it gets back (unmasked). */
+function echoSocket(req: IncomingMessage, socket: Socket): void {
+  const accept = createHash("sha1")
+    .update(`${req.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+    .digest("base64");
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+  );
+  let held = Buffer.alloc(0);
+  socket.on("data", (chunk: Buffer) => {
+    held = Buffer.concat([held, chunk]);
+    // Frames of under 126 bytes, masked, as a client sends them.
+    while (held.length >= 6 && held.length >= 6 + (held[1]! & 0x7f)) {
+      const length = held[1]! & 0x7f;
+      const mask = held.subarray(2, 6);
+      const text = Buffer.from(held.subarray(6, 6 + length).map((b, i) => b ^ mask[i % 4]!));
+      if ((held[0]! & 0x0f) === 0x1) socket.write(Buffer.concat([Buffer.from([0x81, length]), text]));
+      held = held.subarray(6 + length);
+    }
+  });
+  socket.on("error", () => socket.destroy());
+}
+
+it("takes no read-ahead turn on either socket of a WebSocket", async () => {
+  f.upstream.upgrades.set("/v1/realtime-echo", echoSocket);
+  const ws = new WebSocket("wss://api.openai.com/v1/realtime-echo", {
+    dispatcher: agent,
+    headers: { authorization: `Bearer ${ph}` },
+  });
+  const messages: string[] = [];
+  ws.addEventListener("message", (e) => messages.push(String(e.data)));
+  await once(ws as unknown as NodeJS.EventEmitter, "open");
+  const ticks = await ticksDuring(async () => {
+    // The fake upstream echoes each frame.
+    for (let i = 0; i < 10; i++) {
+      const seen = messages.length;
+      ws.send(`frame ${i}`);
+      while (messages.length === seen) await once(ws as unknown as NodeJS.EventEmitter, "message");
+    }
+  });
+  ws.close();
+  expect(messages.slice(-10)).toEqual(Array.from({ length: 10 }, (_, i) => `frame ${i}`));
+  const readAhead = ticks.filter((t) => t.name === "maybeReadMore_").map((t) => sideOf(t.arg as Socket));
+  expect(readAhead.filter((side) => side === "client" || side === "upstream").length).toBeGreaterThan(0);
+  expect(readAhead.filter((side) => side.startsWith("broker"))).toEqual([]);
 });
