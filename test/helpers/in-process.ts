@@ -7,6 +7,7 @@ import { EventEmitter } from "node:events";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent } from "undici";
+import { expect } from "vitest";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
@@ -138,7 +139,28 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
   };
 }
 
-/** Either fixture, for helpers that only send requests and read what the broker logged. */
+/** What most files of requests through an in-process broker start with (openAIClient). */
+export interface OpenAIClient {
+  readonly f: InProcessFixture;
+  /** A ProxyAgent through the broker, trusting its CA. */
+  readonly agent: ProxyAgent;
+  /** The openai placeholder `keybroker env` prints. */
+  readonly ph: string;
+}
+
+/** startInProcessFixture, a ProxyAgent through it and its openai placeholder. */
+export async function openAIClient(opts: FixtureOptions = {}): Promise<OpenAIClient> {
+  const f = await startInProcessFixture(opts);
+  return { f, agent: f.proxyAgent(), ph: await f.placeholder("openai") };
+}
+
+/** Closes the agent and the fixture, then checks that nothing the broker wrote holds a secret. */
+export async function closeChecked(f: InProcessFixture | undefined, agent?: ProxyAgent): Promise<void> {
+  await agent?.close();
+  await f?.close();
+  expect(f?.leaks() ?? []).toEqual([]);
+}
+
 /**
  * A broker whose one provider, `openai` (key REAL_OPENAI), is an upstream on this machine:
  * `api.openai.com:443` resolved to `upstream.port`, its CA trusted. `extra` adds top-level rule
@@ -168,4 +190,5 @@ providers:
   };
 }
 
+/** Either fixture, for helpers that only send requests and read what the broker logged. */
 export type AnyFixture = InProcessFixture | import("./fixture.js").Fixture;

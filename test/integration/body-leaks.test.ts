@@ -13,22 +13,16 @@ import { gzipSync } from "node:zlib";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rulesFor } from "../helpers/fixture.js";
-import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
 
 let f: InProcessFixture;
 let agent: ProxyAgent;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startInProcessFixture({ rules: (u) => `intercept: all\n${rulesFor(u)}` });
-  agent = f.proxyAgent();
-  ph = await f.placeholder("openai");
+  ({ f, agent, ph } = await openAIClient({ rules: (u) => `intercept: all\n${rulesFor(u)}` }));
 });
-afterAll(async () => {
-  await agent?.close();
-  await f?.close();
-  expect(f.leaks()).toEqual([]);
-});
+afterAll(() => closeChecked(f, agent));
 
 /** What the upstream got of one request: its body so far, and whether it all arrived. */
 interface Arrival {

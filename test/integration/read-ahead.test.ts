@@ -12,23 +12,16 @@ import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import { ProxyAgent, request, WebSocket } from "undici";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
 
 let f: InProcessFixture;
 let agent: ProxyAgent;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startInProcessFixture();
-  agent = f.proxyAgent();
-  ph = await f.placeholder("openai");
+  ({ f, agent, ph } = await openAIClient());
 });
-
-afterAll(async () => {
-  await agent?.close();
-  await f?.close();
-  expect(f.leaks()).toEqual([]);
-});
+afterAll(() => closeChecked(f, agent));
 
 async function post(): Promise<number> {
   const res = await request("https://api.openai.com/v1/chat/completions", {

@@ -3,22 +3,16 @@ import { brotliCompressSync, gzipSync } from "node:zlib";
 import { type ProxyAgent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAL_OPENAI } from "../helpers/fixture.js";
-import { type InProcessFixture, startInProcessFixture } from "../helpers/in-process.js";
+import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
 
 let f: InProcessFixture;
 let agent: ProxyAgent;
 let ph: string;
 
 beforeAll(async () => {
-  f = await startInProcessFixture();
-  agent = f.proxyAgent();
-  ph = await f.placeholder("openai");
+  ({ f, agent, ph } = await openAIClient());
 });
-afterAll(async () => {
-  await agent?.close();
-  await f?.close();
-  expect(f.leaks()).toEqual([]);
-});
+afterAll(() => closeChecked(f, agent));
 
 /** The key the upstream received, as it would echo it. */
 function keyOf(req: IncomingMessage): string {
