@@ -1,6 +1,7 @@
 // The wire side of upstream-h1.ts (decision 188): node's llhttp binding, checked once, and the
 // request head keybroker writes itself, with the checks that keep a header from splitting it.
 import { createRequire } from "node:module";
+import { Socket } from "node:net";
 import { lowerName } from "./headers.js";
 import type { H2DispatchOptions } from "./upstream-h2.js";
 
@@ -75,10 +76,12 @@ export const H1_PARSER_AVAILABLE = HTTPParser !== undefined;
  * read below the mark, so the turn only ever finds the socket already reading. On Node 22 and 24
  * a tick costs about 5,000 instructions (the tick object gets a private-symbol field V8 adds
  * through its runtime), two a plain request through the broker (decision 201). Node's own
- * IncomingMessage turns the same flag on for the same reason. A stream without the internal
- * state (some other node) is left as it is.
+ * IncomingMessage turns the same flag on for the same reason. Only sockets: a stream that makes
+ * its data when asked (a Duplex of JavaScript's) needs the turn to be asked again, and is left as
+ * it is, as is a socket without the internal state (some other node).
  */
 export function withoutReadAhead(stream: NodeJS.ReadableStream): void {
+  if (!(stream instanceof Socket)) return;
   const state = (stream as { _readableState?: { readingMore?: boolean } })._readableState;
   if (state !== undefined && typeof state.readingMore === "boolean") state.readingMore = true;
 }
