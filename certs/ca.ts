@@ -13,7 +13,7 @@ import { chmodSync, existsSync, readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { inspect } from "node:util";
-import { ensurePrivateDir, writeFileAtomic } from "../core/fs.js";
+import { createFileOnce, ensurePrivateDir } from "../core/fs.js";
 import { certificateParts } from "./der.js";
 import { forgeLib, forgePublicKey, randomSerialHex, signCertificate, utf8Name } from "./x509.js";
 
@@ -110,23 +110,18 @@ export function loadOrCreateCa(home: string): CertificateAuthority {
     );
   }
 
-  let privateKey: KeyObject;
-  if (haveKey) {
-    if ((statSync(keyPath).mode & 0o077) !== 0) chmodSync(keyPath, 0o600);
-    privateKey = createPrivateKey(readFileSync(keyPath));
-  } else {
-    privateKey = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey;
-    writeFileAtomic(keyPath, privateKey.export({ type: "pkcs8", format: "pem" }), 0o600);
-  }
+  // Two commands started at once from a new home both make a CA (decision 202): each file is
+  // created only if absent, so the first key written is the CA's key, every process reads the
+  // key and certificate that are on disk, and the certificate is always made from that key.
+  if (!haveKey) {
+    const fresh = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey;
+    createFileOnce(keyPath, fresh.export({ type: "pkcs8", format: "pem" }), 0o600);
+  } else if ((statSync(keyPath).mode & 0o077) !== 0) chmodSync(keyPath, 0o600);
+  const privateKey = createPrivateKey(readFileSync(keyPath));
 
-  let certPem: string;
-  if (haveCert) {
-    certPem = readFileSync(certPath, "utf8");
-  } else {
-    // Also reached when a previous run wrote the key and stopped before the certificate.
-    certPem = buildCaCertificate(privateKey);
-    writeFileAtomic(certPath, certPem, 0o644);
-  }
+  // Also reached when a previous run wrote the key and stopped before the certificate.
+  if (!haveCert) createFileOnce(certPath, buildCaCertificate(privateKey), 0o644);
+  const certPem = readFileSync(certPath, "utf8");
 
   return new CertificateAuthority({ certPem, privateKey, certPath, keyPath });
 }

@@ -4,6 +4,7 @@ import {
   chmodSync,
   closeSync,
   fsyncSync,
+  linkSync,
   mkdirSync,
   openSync,
   renameSync,
@@ -38,6 +39,32 @@ export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 
   closeSync(fd);
   chmodSync(tmp, mode);
   renameSync(tmp, path);
+}
+
+/**
+ * Puts `data` at `path` unless something is there already: a whole temporary file (fsync'd) is
+ * linked to `path`, which fails when `path` exists, so of processes racing to create one file
+ * exactly one wins and the others find its content whole. True when this call created it.
+ */
+export function createFileOnce(path: string, data: string | Uint8Array, mode = 0o600): boolean {
+  const tmp = join(dirname(path), `.${randomBytes(6).toString("hex")}.tmp`);
+  const fd = openSync(tmp, "wx", mode);
+  try {
+    try {
+      writeSync(fd, typeof data === "string" ? Buffer.from(data) : data);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    chmodSync(tmp, mode);
+    linkSync(tmp, path);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw err;
+  } finally {
+    unlinkSync(tmp);
+  }
 }
 
 /**

@@ -6,6 +6,7 @@ import { inspect } from "node:util";
 import forge from "node-forge";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadOrCreateCa } from "../../../certs/ca.js";
+import { ROOT } from "../../helpers/broker.js";
 import { makeHome, removeHomes, run } from "./helpers.js";
 
 afterAll(removeHomes);
@@ -144,4 +145,30 @@ describe("loadOrCreateCa", () => {
     writeFileSync(first.keyPath, other.export({ type: "pkcs8", format: "pem" }));
     expect(() => loadOrCreateCa(home)).toThrow(/does not hold the private key/);
   });
+
+  it("gives processes that make it at once from a new home one CA, the one on disk", async () => {
+    // Two commands started together from a new home (the CLI fuzz test's three workers) each made
+    // a key and a certificate: the files could end up from different processes, which every
+    // later start refused, and a process could go on with a CA that was not the one on disk.
+    const script = `
+      import { readFileSync } from "node:fs";
+      import { X509Certificate } from "node:crypto";
+      import { loadOrCreateCa } from ${JSON.stringify(join(ROOT, "dist/certs/ca.js"))};
+      const ca = loadOrCreateCa(process.argv[1]);
+      const disk = new X509Certificate(readFileSync(ca.certPath)).fingerprint256;
+      console.log(ca.fingerprint256 + " " + disk);
+    `;
+    for (let round = 0; round < 6; round++) {
+      const home = makeHome();
+      const runs = await Promise.all(
+        Array.from({ length: 4 }, () => run(process.execPath, ["--input-type=module", "-e", script, home])),
+      );
+      for (const r of runs) expect(r.stderr).toBe("");
+      expect(runs.map((r) => r.code)).toEqual([0, 0, 0, 0]);
+      const seen = new Set(runs.flatMap((r) => r.stdout.trim().split(" ")));
+      expect(seen.size).toBe(1);
+      // And the pair on disk is whole for the next start.
+      expect(loadOrCreateCa(home).fingerprint256).toBe([...seen][0]);
+    }
+  }, 120_000);
 });
