@@ -7,7 +7,7 @@ import { EventEmitter } from "node:events";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ProxyAgent } from "undici";
-import { expect } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import { createLogger } from "../../core/log.js";
 import { Broker } from "../../proxy/server.js";
 import { loadRules } from "../../rules/load.js";
@@ -139,7 +139,7 @@ export async function startInProcessFixture(opts: FixtureOptions = {}): Promise<
   };
 }
 
-/** What most files of requests through an in-process broker start with (openAIClient). */
+/** What most files of requests through an in-process broker start with (sharedOpenAIClient). */
 export interface OpenAIClient {
   readonly f: InProcessFixture;
   /** A ProxyAgent through the broker, trusting its CA. */
@@ -148,17 +148,24 @@ export interface OpenAIClient {
   readonly ph: string;
 }
 
-/** startInProcessFixture, a ProxyAgent through it and its openai placeholder. */
-export async function openAIClient(opts: FixtureOptions = {}): Promise<OpenAIClient> {
-  const f = await startInProcessFixture(opts);
-  return { f, agent: f.proxyAgent(), ph: await f.placeholder("openai") };
-}
-
-/** Closes the agent and the fixture, then checks that nothing the broker wrote holds a secret. */
-export async function closeChecked(f: InProcessFixture | undefined, agent?: ProxyAgent): Promise<void> {
-  await agent?.close();
-  await f?.close();
-  expect(f?.leaks() ?? []).toEqual([]);
+/**
+ * A file's in-process fixture, a ProxyAgent through it and its openai placeholder: started
+ * before the file's tests, closed after them with a check that nothing the broker wrote holds a
+ * secret. The fields are there once the tests run.
+ */
+export function sharedOpenAIClient(opts: FixtureOptions = {}): OpenAIClient {
+  const c = {} as { f: InProcessFixture; agent: ProxyAgent; ph: string };
+  beforeAll(async () => {
+    c.f = await startInProcessFixture(opts);
+    c.agent = c.f.proxyAgent();
+    c.ph = await c.f.placeholder("openai");
+  });
+  afterAll(async () => {
+    await c.agent?.close();
+    await c.f?.close();
+    expect(c.f?.leaks() ?? []).toEqual([]);
+  });
+  return c;
 }
 
 /**

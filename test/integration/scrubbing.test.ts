@@ -1,18 +1,11 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliCompressSync, gzipSync } from "node:zlib";
-import { type ProxyAgent, request } from "undici";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { request } from "undici";
+import { describe, expect, it } from "vitest";
 import { REAL_OPENAI } from "../helpers/fixture.js";
-import { closeChecked, type InProcessFixture, openAIClient } from "../helpers/in-process.js";
+import { sharedOpenAIClient } from "../helpers/in-process.js";
 
-let f: InProcessFixture;
-let agent: ProxyAgent;
-let ph: string;
-
-beforeAll(async () => {
-  ({ f, agent, ph } = await openAIClient());
-});
-afterAll(() => closeChecked(f, agent));
+const c = sharedOpenAIClient();
 
 /** The key the upstream received, as it would echo it. */
 function keyOf(req: IncomingMessage): string {
@@ -22,8 +15,8 @@ function keyOf(req: IncomingMessage): string {
 async function get(path: string) {
   const res = await request(`https://api.openai.com${path}`, {
     method: "POST",
-    dispatcher: agent,
-    headers: { authorization: `Bearer ${ph}`, "accept-encoding": "gzip" },
+    dispatcher: c.agent,
+    headers: { authorization: `Bearer ${c.ph}`, "accept-encoding": "gzip" },
     body: "{}",
   });
   const body = Buffer.from(await res.body.arrayBuffer()).toString("utf8");
@@ -37,17 +30,17 @@ function expectClean(text: string): void {
 
 describe("response scrubbing", () => {
   it("replaces an echo in a response header with the placeholder", async () => {
-    f.upstream.routes.set("POST /echo-header", (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-header", (req: IncomingMessage, res: ServerResponse) => {
       res.writeHead(200, { "x-debug-key": `key=${keyOf(req)}`, "content-type": "text/plain" });
       res.end("ok");
     });
     const r = await get("/echo-header");
-    expect(r.headers["x-debug-key"]).toBe(`key=${ph}`);
+    expect(r.headers["x-debug-key"]).toBe(`key=${c.ph}`);
     expectClean(JSON.stringify(r.headers));
   });
 
   it("replaces an echo in an escaped JSON error body (a held 401)", async () => {
-    f.upstream.routes.set("POST /echo-error", (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-error", (req: IncomingMessage, res: ServerResponse) => {
       const message = `Incorrect API key provided: "${keyOf(req)}"`;
       res.writeHead(401, { "content-type": "application/json" });
       res.end(
@@ -59,13 +52,13 @@ describe("response scrubbing", () => {
     const r = await get("/echo-error");
     expect(r.status).toBe(401);
     expectClean(r.body);
-    expect(JSON.parse(r.body).error.message).toContain(ph);
+    expect(JSON.parse(r.body).error.message).toContain(c.ph);
     // That 401 marked the only key invalid; as the pool's last resort it is still used.
     expect((await get("/echo-header")).status).toBe(200);
   });
 
   it("catches an echo split across SSE chunks, and passes chunks without a match at once", async () => {
-    f.upstream.routes.set("POST /echo-sse", async (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-sse", async (req: IncomingMessage, res: ServerResponse) => {
       const key = keyOf(req);
       res.writeHead(200, { "content-type": "text/event-stream" });
       const text = `data: {"content":"your key is ${key} ok"}\n\n`;
@@ -78,14 +71,14 @@ describe("response scrubbing", () => {
     });
     const r = await get("/echo-sse");
     expectClean(r.body);
-    expect(r.body).toContain(`your key is ${ph} ok`);
+    expect(r.body).toContain(`your key is ${c.ph} ok`);
     expect(r.body.endsWith("data: [DONE]\n\n")).toBe(true);
   });
 
   it("catches a JSON echo with every character \\u-escaped, or escapes mixed, split across SSE chunks", async () => {
     const uEscape = (key: string, pick: (i: number) => boolean) =>
       [...key].map((c, i) => (pick(i) ? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}` : c)).join("");
-    f.upstream.routes.set("POST /echo-escaped", async (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-escaped", async (req: IncomingMessage, res: ServerResponse) => {
       const key = keyOf(req);
       res.writeHead(200, { "content-type": "text/event-stream" });
       const text = `data: {"all":"${uEscape(key, () => true)}","mixed":"${uEscape(key, (i) => i % 2 === 1)}"}\n\n`;
@@ -97,12 +90,12 @@ describe("response scrubbing", () => {
     });
     const r = await get("/echo-escaped");
     const json = JSON.parse(r.body.slice("data: ".length)) as { all: string; mixed: string };
-    expect(json).toEqual({ all: ph, mixed: ph });
+    expect(json).toEqual({ all: c.ph, mixed: c.ph });
     expectClean(r.body);
   });
 
   it("scrubs a large body with a Content-Length", async () => {
-    f.upstream.routes.set("POST /echo-big", (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-big", (req: IncomingMessage, res: ServerResponse) => {
       const filler = "x".repeat(300 * 1024);
       const body = `${filler}${keyOf(req)}${filler}`;
       res.writeHead(200, { "content-type": "text/plain", "content-length": Buffer.byteLength(body) });
@@ -113,13 +106,13 @@ describe("response scrubbing", () => {
     // Streamed with its length kept: the echo is replaced by the placeholder fitted to it.
     expect(r.body.length).toBe(600 * 1024 + REAL_OPENAI.length);
     expect(r.headers["content-length"]).toBe(String(r.body.length));
-    const fitted = (ph + "*".repeat(REAL_OPENAI.length)).slice(0, REAL_OPENAI.length);
+    const fitted = (c.ph + "*".repeat(REAL_OPENAI.length)).slice(0, REAL_OPENAI.length);
     expect(r.body).toContain(fitted);
   });
 
   it("decompresses a gzip body the upstream sent anyway, and scrubs it", async () => {
     let asked = "";
-    f.upstream.routes.set("POST /echo-gzip", (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-gzip", (req: IncomingMessage, res: ServerResponse) => {
       asked = String(req.headers["accept-encoding"]);
       const body = gzipSync(
         JSON.stringify({ echoed: keyOf(req), encoded: Buffer.from(`u:${keyOf(req)}`).toString("base64") }),
@@ -136,12 +129,12 @@ describe("response scrubbing", () => {
     expect(r.headers["content-encoding"]).toBeUndefined();
     expectClean(r.body);
     const json = JSON.parse(r.body) as { echoed: string; encoded: string };
-    expect(json.echoed).toBe(ph);
+    expect(json.echoed).toBe(c.ph);
     expect(Buffer.from(json.encoded, "base64").toString()).not.toContain(REAL_OPENAI);
   });
 
   it("undoes layered codings (gzip, then br) before scrubbing", async () => {
-    f.upstream.routes.set("POST /echo-layered", (req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /echo-layered", (req: IncomingMessage, res: ServerResponse) => {
       const body = brotliCompressSync(gzipSync(JSON.stringify({ echoed: keyOf(req) })));
       res.writeHead(200, {
         "content-type": "application/json",
@@ -153,12 +146,12 @@ describe("response scrubbing", () => {
     const r = await get("/echo-layered");
     expect(r.status).toBe(200);
     expect(r.headers["content-encoding"]).toBeUndefined();
-    expect(JSON.parse(r.body)).toEqual({ echoed: ph });
+    expect(JSON.parse(r.body)).toEqual({ echoed: c.ph });
   });
 
   it("refuses with 502 a body in a coding it cannot undo, streamed or held, instead of passing it unread", async () => {
     for (const status of [200, 401]) {
-      f.upstream.routes.set("POST /echo-zstd", (req: IncomingMessage, res: ServerResponse) => {
+      c.f.upstream.routes.set("POST /echo-zstd", (req: IncomingMessage, res: ServerResponse) => {
         // Not really zstd: what matters is that keybroker cannot read it, and the key is inside.
         const body = Buffer.from(`zstd-framed:${keyOf(req)}`);
         res.writeHead(status, { "content-encoding": "zstd", "content-length": body.length });
@@ -173,14 +166,14 @@ describe("response scrubbing", () => {
   });
 
   it("leaves responses to requests without a credential byte for byte", async () => {
-    f.upstream.routes.set("POST /plain", (_req: IncomingMessage, res: ServerResponse) => {
+    c.f.upstream.routes.set("POST /plain", (_req: IncomingMessage, res: ServerResponse) => {
       const body = gzipSync("untouched");
       res.writeHead(200, { "content-encoding": "gzip", "content-length": body.length });
       res.end(body);
     });
     const res = await request("https://api.openai.com/plain", {
       method: "POST",
-      dispatcher: agent,
+      dispatcher: c.agent,
       body: "{}",
     });
     expect(res.headers["content-encoding"]).toBe("gzip");
