@@ -9,6 +9,9 @@ import type { H2DispatchOptions } from "./upstream-h2.js";
 export interface H1Link {
   readonly socket: Socket;
   kill(): void;
+  /** Stops handing the answer's bytes over (the socket keeps them). */
+  pause(): void;
+  /** Goes on handing them over. */
   read(): void;
   touch(): void;
 }
@@ -44,6 +47,7 @@ export class H1Request {
 
   pause(): void {
     this.paused = true;
+    this.conn?.pause();
   }
 
   resume(): void {

@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
-import type { Socket } from "node:net";
+import { Socket } from "node:net";
 import { ProxyAgent, request, WebSocket } from "undici";
 import { expect, it } from "vitest";
 import { sharedOpenAIClient } from "../helpers/in-process.js";
@@ -68,6 +68,12 @@ it("takes no read-ahead turn on its sockets and no turn to announce a whole body
   expect(readAhead.filter((side) => side === "client" || side === "upstream").length).toBeGreaterThan(0);
   expect(readAhead.filter((side) => side.startsWith("broker"))).toEqual([]);
   expect(announced.filter((side) => side.startsWith("broker"))).toEqual([]);
+  // Decision 203: the answer is read on 'data', which node emits within the read; 'readable'
+  // took a turn for every read of the upstream connection.
+  const readableTurns = ticks
+    .filter((t) => t.name === "emitReadable_" && t.arg instanceof Socket)
+    .map((t) => sideOf(t.arg as Socket));
+  expect(readableTurns.filter((side) => side === "broker, upstream side")).toEqual([]);
 });
 
 it("takes no read-ahead turn on either socket of a tunnel", async () => {

@@ -408,6 +408,40 @@ describe("H1Pools", () => {
     expect(s.closed).toContain(0);
   });
 
+  it("hands what came while paused over in one piece on resume, then pieces as they come", async () => {
+    // Decision 203: a download's next write to the client is as large as what waited, not one
+    // socket read (one TLS record) at a time.
+    let answer: net.Socket | undefined;
+    const s = await rawServer((socket) => {
+      answer = socket;
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n0123456789");
+    });
+    let controller: Dispatcher.DispatchController | undefined;
+    const pending = send(
+      s.pools,
+      s.origin,
+      {},
+      {
+        onData: (c) => {
+          if (controller === undefined) c.pause();
+          controller = c;
+        },
+      },
+    );
+    const tick = () => new Promise((r) => setTimeout(r, 30));
+    await tick();
+    for (const piece of ["abcdefghij", "klmnopqrst", "uvwxyzABCD"]) {
+      answer!.write(piece);
+      await tick();
+    }
+    controller!.resume();
+    await tick();
+    answer!.write("EFGHIJKLMN");
+    const out = await pending;
+    expect(out.body).toBe("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN");
+    expect(out.events).toEqual(["head 200", "data 10", "data 30", "data 10", "end"]);
+  });
+
   it("refuses characters above U+00FF (latin1 would keep their low byte: U+010D U+010A is CR LF) and framing fields", async () => {
     const s = await rawServer((socket) => socket.write(OK("ok")));
     const cases: { headers?: HeaderList; path?: string }[] = [
