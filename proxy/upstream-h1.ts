@@ -103,6 +103,8 @@ class Conn {
     const P = HTTPParser!;
     this.parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
     x.conn = this;
+    // Paused before it had a connection: nothing of the answer goes over until it resumes.
+    if (x.paused) this.pause();
     const ms = x.o.headersTimeout;
     if (this.#timer === undefined || this.#timerMs !== ms) {
       if (this.#timer !== undefined) clearTimeout(this.#timer);

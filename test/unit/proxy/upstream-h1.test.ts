@@ -442,6 +442,34 @@ describe("H1Pools", () => {
     expect(out.events).toEqual(["head 200", "data 10", "data 30", "data 10", "end"]);
   });
 
+  it("a request paused before it had a connection gets nothing of its answer until it resumes", async () => {
+    const { s, rest } = await halfAnswer();
+    let controller: Dispatcher.DispatchController | undefined;
+    const out = { events: [] as string[] };
+    const pending = send(
+      s.pools,
+      s.origin,
+      {},
+      {
+        onStart: (c) => {
+          controller = c;
+          c.pause();
+        },
+        onData: (_c, chunk) => out.events.push(`data ${chunk.length}`),
+      },
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.seen.length).toBe(1);
+    expect(out.events).toEqual([]);
+    rest();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(out.events).toEqual([]);
+    controller!.resume();
+    const done = await pending;
+    expect(done.body).toBe("abcdef");
+    expect(done.events).toEqual(["head 200", "data 6", "end"]);
+  });
+
   it("refuses characters above U+00FF (latin1 would keep their low byte: U+010D U+010A is CR LF) and framing fields", async () => {
     const s = await rawServer((socket) => socket.write(OK("ok")));
     const cases: { headers?: HeaderList; path?: string }[] = [
