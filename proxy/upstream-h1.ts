@@ -87,7 +87,7 @@ class Conn {
     socket.on("data", this.#onData);
     socket.on("end", this.#onSocketEnd);
     socket.on("error", this.#onError);
-    socket.once("close", this.#onClose);
+    socket.on("close", this.#onClose);
   }
 
   /** Activity: restarts the silence timer of the request under way. */

@@ -137,7 +137,7 @@ export class ConnectionCap {
   #admit(socket: Socket): void {
     const e: Entry = { socket, busy: 0, queue: undefined, prev: undefined, next: undefined };
     this.#open.set(socket, e);
-    socket.once("close", () => this.#forget(e));
+    socket.on("close", () => this.#forget(e));
     if (this.#open.size > this.#limit) {
       const idlest = this.#waiting.head ?? this.#idle.head;
       if (idlest === undefined) {

@@ -98,7 +98,7 @@ export function releaseAfterSurges(server: Server, release: () => void, surge = 
   server.on("connection", (socket: Socket) => {
     open++;
     if (open > peak) peak = open;
-    socket.once("close", () => {
+    socket.on("close", () => {
       open--;
       if (peak < surge || open > peak / 4 || timer !== undefined) return;
       timer = setTimeout(() => {

@@ -98,7 +98,7 @@ export function intercept(
   // One timer from the 200 to the end of the handshake; it closes whichever socket is on top.
   let top: Socket | TLSSocket = socket;
   const timer = setTimeout(() => top.destroy(), handshakeMs);
-  socket.once("close", () => clearTimeout(timer));
+  socket.on("close", () => clearTimeout(timer));
   const begin = (offer: readonly string[]) => {
     if (socket.destroyed) return;
     top = terminate(socket, head, info, minter, inner, offer);
@@ -150,7 +150,7 @@ function terminate(
   tls.once("secure", () => {
     (tls as unknown as { [SECURE]: boolean })[SECURE] = true;
   });
-  tls.once("close", () => socket.destroy());
+  tls.on("close", () => socket.destroy());
   if (offer === OFFER_H1) {
     // Handed over at once: the HTTP server's reading is what notices a client that goes away
     // during the handshake. Its headers timeout runs from here too.

@@ -165,7 +165,7 @@ class Conn {
     socket.on("data", this.#onData);
     socket.on("end", this.#onEnd);
     socket.on("error", this.#onError);
-    socket.once("close", this.#onClose);
+    socket.on("close", this.#onClose);
     server.add(this);
   }
 

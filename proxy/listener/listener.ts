@@ -181,7 +181,7 @@ export class Listener {
     this.#outer.on("connection", (socket: Socket) => {
       socket.setNoDelay(true);
       this.#sockets.add(socket);
-      socket.once("close", () => this.#sockets.delete(socket));
+      socket.on("close", () => this.#sockets.delete(socket));
     });
   }
 
