@@ -16,6 +16,7 @@ import {
   getDeclared,
   H1_PARSER_AVAILABLE,
   HTTPParser,
+  headEnd,
   headerObject,
   type IncomingHeaders,
   type Parser,
@@ -60,6 +61,15 @@ class Conn {
   #unsolicited = false;
   /** `read` is under way (see there). */
   #reading = false;
+  /** The parse under way has the head alone, up to its blank line (see #take). */
+  #exact = false;
+  /** Bytes of the answer's head went to the parser without ending it: the rest comes whole. */
+  #headPart = false;
+  /** Heads the parser has ended: tells a parse that ended one from one that did not. */
+  #heads = 0;
+  /** Whether the message hooks are on the parser (see #hooks). */
+  #beginHooked = true;
+  #endHooked = true;
 
   constructor(
     readonly pools: H1Pools,
@@ -71,10 +81,7 @@ class Conn {
     const P = HTTPParser!;
     const parser = new P();
     parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
-    parser[P.kOnMessageBegin] = () => {
-      const x = this.current;
-      if (x === undefined || x.settled) this.#unsolicited = true;
-    };
+    parser[P.kOnMessageBegin] = this.#onBegin;
     parser[P.kOnHeaders] = (lines: string[]) => {
       if (this.current?.head) this.#trailers = (this.#trailers ?? []).concat(lines);
       else this.#partial = this.#partial.concat(lines);
@@ -98,10 +105,10 @@ class Conn {
   start(x: H1Request): void {
     this.current = x;
     this.answered = false;
-    // Each answer is parsed from a fresh parser: the 2 that ended the last head (#onHead) leaves
-    // llhttp's upgrade flag up, and with it up a head past the size limit was not refused.
-    const P = HTTPParser!;
-    this.parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
+    // The parser stands between messages here: a connection goes back idle only once its last
+    // answer has ended, and a head that stopped the parser as an upgrade does (#onHead's 2) had
+    // it initialized afresh right after (#take).
+    this.#headPart = false;
     x.conn = this;
     // Paused before it had a connection: nothing of the answer goes over until it resumes.
     if (x.paused) this.pause();
@@ -198,7 +205,15 @@ class Conn {
     return !this.dead && this.socket.readableFlowing === false && this.current?.paused !== true;
   }
 
-  /** Parses `chunk`, or passes it on as body bytes (#passBody). */
+  /**
+   * Parses `chunk`, or passes it on as body bytes (#passBody). A head that is here whole, up to
+   * its blank line, is parsed alone (#exact): the parser ends the message at the head (#onHead's
+   * 1) and stands ready for the next one. A parse that went on past the head had to be stopped
+   * there as an upgrade stops it (2), which leaves llhttp's upgrade flag up, and with it up a
+   * head past the size limit was not refused, so the parser is initialized afresh after it; that
+   * call, and the message hooks a head parsed alone does without, cost more than the rest of the
+   * answer's parse (decision 204).
+   */
   #take(chunk: Buffer): void {
     let at = 0;
     while (at < chunk.length && !this.dead) {
@@ -206,20 +221,56 @@ class Conn {
         at = this.#passBody(chunk, at);
         continue;
       }
-      const bytes = at === 0 ? chunk : chunk.subarray(at);
+      let bytes = at === 0 ? chunk : chunk.subarray(at);
+      const x = this.current;
+      let exact = false;
+      if (x !== undefined && !x.head && !this.#headPart) {
+        const end = headEnd(bytes);
+        if (end !== -1) {
+          exact = true;
+          if (end < bytes.length) bytes = bytes.subarray(0, end);
+        }
+      }
+      this.#exact = exact;
+      // Bytes past a head parsed alone are not in this parse: no message can begin after the
+      // answer's, and its end is #onHead's to hook when the parser reads the body.
+      this.#hooks(!exact, !exact);
+      const heads = this.#heads;
       const r = this.#parse(bytes);
       if (r === undefined) return;
-      // A head whose body is passed through ends the parse there (see #onHead); any other
-      // parse takes every byte, and a message begun after the answer ended (#unsolicited)
-      // is one nothing asked for.
+      // A head whose body is passed through ends the parse there; any other parse takes every
+      // byte, and a message begun after the answer ended (#unsolicited) is one nothing asked for.
       if (this.#unsolicited || (this.#rawLeft > 0 ? r <= 0 || r > bytes.length : r !== bytes.length)) {
         this.kill();
         return;
       }
-      if (this.#rawLeft === 0) return;
+      if (this.#heads !== heads) this.#headPart = false;
+      else if (x !== undefined && !x.head) this.#headPart = true;
+      if (this.#rawLeft > 0 && !exact) {
+        const P = HTTPParser!;
+        this.parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);
+      }
       at += r;
     }
   }
+
+  /** Puts the message hooks on the parser or takes them off: node calls only what is there. */
+  #hooks(begin: boolean, end: boolean): void {
+    const P = HTTPParser!;
+    if (begin !== this.#beginHooked) {
+      this.#beginHooked = begin;
+      this.parser[P.kOnMessageBegin] = begin ? this.#onBegin : undefined;
+    }
+    if (end !== this.#endHooked) {
+      this.#endHooked = end;
+      this.parser[P.kOnMessageComplete] = end ? this.#onEnd : undefined;
+    }
+  }
+
+  #onBegin = (): void => {
+    const x = this.current;
+    if (x === undefined || x.settled) this.#unsolicited = true;
+  };
 
   /**
    * Hands over body bytes of an answer with a content-length as they are, views of what the
@@ -298,6 +349,7 @@ class Conn {
       this.kill();
       return 1;
     }
+    this.#heads++;
     if (status < 200) {
       if (status === 101 || upgrade) {
         this.kill();
@@ -307,6 +359,7 @@ class Conn {
         return 1;
       }
       this.informational = true;
+      this.#hooks(this.#beginHooked, true);
       return 0;
     }
     this.informational = false;
@@ -326,23 +379,30 @@ class Conn {
       this.#timerMs = x.o.bodyTimeout;
     }
     x.handler.onResponseStart?.(x as unknown as Dispatcher.DispatchController, status, headers, message);
-    if (x.o.method === "HEAD") return 1;
-    // A body of known length is passed through by `read` (#passBody), not by the parser: 2
-    // makes llhttp end the message at its head and stop there, as for an upgrade, and node's
-    // execute then says how many bytes the head took.
+    // A body of known length is passed through by `read` (#passBody), not by the parser. The
+    // message ends at its head: with 1 when the parse has the head alone (#take), else with 2,
+    // which stops the parse there as for an upgrade (node's execute then says how many bytes
+    // the head took). The parser sees the end of any other answer (#onEnd).
     const length = headers["content-length"];
     if (
+      x.o.method === "HEAD" ||
       status === 204 ||
       status === 304 ||
       typeof length !== "string" ||
       headers["transfer-encoding"] !== undefined
     )
-      return 0;
+      return this.#parserEnds(x.o.method === "HEAD" ? 1 : 0);
     const n = Number(length);
-    if (!(n > 0) || !Number.isSafeInteger(n) || this.current !== x || x.settled) return 0;
+    if (!(n > 0) || !Number.isSafeInteger(n) || this.current !== x || x.settled) return this.#parserEnds(0);
     this.#rawLeft = n;
-    return 2;
+    return this.#exact ? 1 : 2;
   };
+
+  /** `result`, for an answer whose end the parser sees: its end hook goes on. */
+  #parserEnds(result: 0 | 1): 0 | 1 {
+    this.#hooks(this.#beginHooked, true);
+    return result;
+  }
 
   #onBody = (chunk: Buffer): void => {
     const x = this.current;

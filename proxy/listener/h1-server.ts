@@ -17,7 +17,7 @@
 import type { Server as HttpServer, IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
 import { http } from "../../core/node-http.js";
-import { HTTPParser, type Parser, REQUEST_METHODS, withoutReadAhead } from "../upstream-h1-wire.js";
+import { HTTPParser, headEnd, type Parser, REQUEST_METHODS, withoutReadAhead } from "../upstream-h1-wire.js";
 import { onClientError } from "./client-errors.js";
 import { checkingIntervalMs } from "./connection-limits.js";
 import { H1Response } from "./h1-response.js";
@@ -142,6 +142,8 @@ class Conn {
   #partialUrl = "";
   #ready: Head | undefined;
   #handOver = false;
+  /** The parse under way has a head alone, up to its blank line (see #feed). */
+  #exact = false;
   /** The request under way, until its answer has gone out. */
   #req: IncomingMessage | undefined;
   #res: H1Response | undefined;
@@ -231,17 +233,31 @@ class Conn {
         this.socket.pause();
         return;
       }
-      const bytes = at === 0 ? chunk : chunk.subarray(at);
+      const rest = at === 0 ? chunk : chunk.subarray(at);
       if (!this.#headDue) {
         this.#headDue = true;
         this.#since = performance.now();
       }
+      // A head that is here whole, up to its blank line, is parsed alone: the parser ends the
+      // message at the head (#onHead's 1) and stands ready for the next. A head that came in
+      // pieces stops the parse as an upgrade does (2), which leaves llhttp's upgrade flag up,
+      // and with it up the binding reports a parse error as a count: the parser is initialized
+      // afresh after such a head, a call that costs more than the rest of the parse (decision 204).
+      let bytes = rest;
+      let exact = false;
+      if (this.#headBytes.length === 0) {
+        const end = headEnd(rest);
+        if (end !== -1) {
+          exact = true;
+          if (end < rest.length) bytes = rest.subarray(0, end);
+        }
+      }
+      this.#exact = exact;
       const r = this.#parser.execute(bytes);
       const head = this.#ready;
-      // A parse that stops short without a head is an error the binding reports as a count
-      // (llhttp's upgrade flag, set by the 2 that ends each head, is still up).
+      // A parse that stops short without a head is an error the binding reports as a count.
       if (typeof r !== "number" || this.#handOver || (head === undefined && r !== bytes.length)) {
-        this.#giveUp(bytes);
+        this.#giveUp(rest);
         return;
       }
       if (head === undefined) {
@@ -254,15 +270,15 @@ class Conn {
           return;
         }
         this.#headBytes.push(bytes);
-        return;
+        at += bytes.length;
+        continue;
       }
       this.#ready = undefined;
       // A head that came in one read kept nothing, and emptying an empty array is still a call
       // into V8's runtime.
       if (this.#headBytes.length !== 0) this.#headBytes.length = 0;
       this.#headSize = 0;
-      // Each message starts from a fresh parser: the 2 that stopped it leaves state behind.
-      this.#parser.initialize(HTTPParser!.REQUEST, {}, 0, HTTPParser!.kLenientNone);
+      if (!exact) this.#parser.initialize(HTTPParser!.REQUEST, {}, 0, HTTPParser!.kLenientNone);
       at += r;
       const req = this.#start(head);
       // The body bytes that came with the head go in first: a request whose body is whole when
@@ -277,7 +293,7 @@ class Conn {
     this.#partialUrl += url;
   };
 
-  /** Inside the parse: notes the head, and stops the parser there (2, as for an upgrade). */
+  /** Inside the parse: notes the head, and ends the message there (1, or 2 as for an upgrade: #feed). */
   #onHead = (
     major: number,
     minor: number,
@@ -304,7 +320,7 @@ class Conn {
       return 2;
     }
     this.#ready = { method: name, url, lines, keepAlive, length };
-    return 2;
+    return this.#exact ? 1 : 2;
   };
 
   /** A request and its answer for a head; the caller hands them on. */

@@ -7,6 +7,7 @@ import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { H1Response } from "../../../proxy/listener/h1-response.js";
 import { H1_SERVER_AVAILABLE, H1Server } from "../../../proxy/listener/h1-server.js";
+import { HTTPParser } from "../../../proxy/upstream-h1-wire.js";
 
 type Handler = (req: IncomingMessage, res: H1Response) => void;
 
@@ -401,6 +402,58 @@ describe.runIf(H1_SERVER_AVAILABLE)("the HTTP/1.1 server, after its review", () 
       await c.closed;
       expect(c.text().slice(c.text().indexOf("mine") + 4)).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
     }
+  });
+
+  it("serves requests whose heads come whole or cut anywhere, and refuses an oversized head after either", async () => {
+    const request = "POST /r HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello";
+    const end = request.indexOf("\r\n\r\n");
+    // Whole, the body cut, the head cut early, at each byte of its blank line, and last in the
+    // blank line: the head that ends in the second piece stops the parser as an upgrade does.
+    const cuts = [0, request.length - 2, 5, end + 4, end + 1, end + 3, end + 2];
+    const { port } = await setup(async (req, res) => res.end(`got ${await body(req)};`));
+    const c = await client(port);
+    for (const [i, cut] of cuts.entries()) {
+      if (cut === 0) c.socket.write(request);
+      else {
+        c.socket.write(request.slice(0, cut));
+        await new Promise((r) => setTimeout(r, 15));
+        c.socket.write(request.slice(cut));
+      }
+      await c.until("got hello;", i + 1);
+    }
+    c.socket.write(`GET / HTTP/1.1\r\nHost: a\r\nX-Big: ${"b".repeat(40_000)}\r\n\r\n`);
+    await c.closed;
+    expect(c.text().slice(c.text().lastIndexOf("got hello;") + 10)).toMatch(/^HTTP\/1\.1 431 /);
+  });
+
+  it("parses a head that comes whole on the parser it has, and gives one that came in pieces a fresh one", async () => {
+    // Initializing node's parser costs more than the rest of a request's parse (decision 204).
+    const P = HTTPParser!;
+    const init = P.prototype.initialize;
+    let calls = 0;
+    P.prototype.initialize = function (this: typeof P.prototype, ...a: Parameters<typeof init>) {
+      calls++;
+      return init.apply(this, a);
+    };
+    stops.push(() => {
+      P.prototype.initialize = init;
+    });
+    const { port } = await setup(async (req, res) => res.end(`got ${await body(req)};`));
+    const c = await client(port);
+    const request = "POST /r HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok";
+    for (let i = 1; i <= 10; i++) {
+      c.socket.write(request);
+      await c.until("got ok;", i);
+    }
+    expect(calls).toBe(1);
+    c.socket.write(request.slice(0, 20));
+    await new Promise((r) => setTimeout(r, 15));
+    c.socket.write(request.slice(20));
+    await c.until("got ok;", 11);
+    expect(calls).toBe(2);
+    c.socket.write(request + request);
+    await c.until("got ok;", 13);
+    expect(calls).toBe(2);
   });
 
   it("keeps a bounded part of a head llhttp does not count (blank lines, spaces) and refuses the rest", async () => {

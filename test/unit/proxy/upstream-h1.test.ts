@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { HeaderList } from "../../../proxy/headers.js";
 import { lowerName } from "../../../proxy/headers.js";
 import { H1_PARSER_AVAILABLE, H1Pools } from "../../../proxy/upstream-h1.js";
-import { headerObject } from "../../../proxy/upstream-h1-wire.js";
+import { HTTPParser, headEnd, headerObject } from "../../../proxy/upstream-h1-wire.js";
 
 interface Seen {
   conn: number;
@@ -506,6 +506,64 @@ describe("H1Pools", () => {
     expect(s.seen.map((r) => r.conn)).toEqual([0, 1, 2]);
   });
 
+  it("reads answers whose heads come whole or cut anywhere, and refuses an oversized head after either", async () => {
+    const answer = OK("hello", "x-n: 1\r\n");
+    const end = answer.indexOf("\r\n\r\n");
+    // Whole, the body cut, the head cut early, at each byte of its blank line, and last in the
+    // blank line: the head that ends in the second piece stops the parser as an upgrade does.
+    const cuts = [0, answer.length - 2, 5, end + 4, end + 1, end + 3, end + 2];
+    let n = 0;
+    const s = await rawServer((socket) => {
+      const cut = cuts[n++];
+      if (cut === undefined) socket.write(`HTTP/1.1 200 OK\r\nx-big: ${"b".repeat(40_000)}`);
+      else if (cut === 0) socket.write(answer);
+      else {
+        socket.write(answer.slice(0, cut));
+        setTimeout(() => socket.write(answer.slice(cut)), 15);
+      }
+    });
+    for (const _ of cuts) {
+      const out = await send(s.pools, s.origin, {});
+      expect(out.events[0]).toBe("head 200");
+      expect(out.headers!["x-n"]).toBe("1");
+      expect(out.body).toBe("hello");
+    }
+    expect((await send(s.pools, s.origin, {})).error?.code).toBe("UND_ERR_SOCKET");
+    expect(s.seen.map((r) => r.conn)).toEqual(Array(cuts.length + 1).fill(0));
+  });
+
+  it("parses a head that comes whole on the parser it has, and gives one that came in pieces a fresh one", async () => {
+    // Initializing node's parser costs more than the rest of an answer's parse (decision 204).
+    const P = HTTPParser!;
+    const init = P.prototype.initialize;
+    let calls = 0;
+    P.prototype.initialize = function (this: typeof P.prototype, ...a: Parameters<typeof init>) {
+      calls++;
+      return init.apply(this, a);
+    };
+    cleanups.push(() => {
+      P.prototype.initialize = init;
+    });
+    let split = false;
+    const s = await rawServer((socket) => {
+      const answer = OK("ok");
+      if (!split) socket.write(answer);
+      else {
+        socket.write(answer.slice(0, 20));
+        setTimeout(() => socket.write(answer.slice(20)), 15);
+      }
+    });
+    for (let i = 0; i < 10; i++) expect((await send(s.pools, s.origin, {})).body).toBe("ok");
+    expect(calls).toBe(1);
+    split = true;
+    expect((await send(s.pools, s.origin, {})).body).toBe("ok");
+    expect(calls).toBe(2);
+    split = false;
+    expect((await send(s.pools, s.origin, {})).body).toBe("ok");
+    expect(calls).toBe(2);
+    expect(new Set(s.seen.map((r) => r.conn))).toEqual(new Set([0]));
+  });
+
   it("a body that fails after an early answer, or a handler that throws, fails the request and nothing else", async () => {
     const s = await rawServer((socket) => socket.write(OK("abc")));
     const heads = net.createServer((socket) =>
@@ -560,6 +618,24 @@ describe("H1Pools", () => {
     const caught = send(closing, s.origin, {});
     closing.close();
     expect((await caught).error?.code).toBe("UND_ERR_CLOSED");
+  });
+});
+
+describe("headEnd", () => {
+  it("finds where a head ends, after its first blank line, and -1 when it does not end in the bytes", () => {
+    const at = (s: string) => headEnd(Buffer.from(s, "latin1"));
+    expect(at("HTTP/1.1 200 OK\r\na: b\r\n\r\nbody\r\n\r\n")).toBe(25);
+    expect(at("HTTP/1.1 204 No Content\r\n\r\n")).toBe(27);
+    expect(at("HTTP/1.1 200 OK\r\na: b\r\n\r\n")).toBe(25);
+    expect(at("HTTP/1.1 200 OK\r\na: b\r\n\r")).toBe(-1);
+    expect(at("HTTP/1.1 200 OK\r\na: b\r\n")).toBe(-1);
+    // A bare LF is not a line's end here (llhttp refuses it): the parse then goes on whole.
+    expect(at("HTTP/1.1 200 OK\na: b\n\r\nx")).toBe(-1);
+    expect(at("HTTP/1.1 200 OK\r\n\n\r\n")).toBe(-1);
+    // Blank lines before a message end no head: the parser skips them, and the caller goes on.
+    expect(at("\r\n\r\nGET / HTTP/1.1\r\n\r\n")).toBe(4);
+    expect(at("")).toBe(-1);
+    expect(at("\n\r\n")).toBe(-1);
   });
 });
 
