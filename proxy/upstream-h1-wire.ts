@@ -66,22 +66,19 @@ export const REQUEST_METHODS: readonly string[] | undefined = (() => {
   }
 })();
 
+const HEAD_END = Buffer.from("\r\n\r\n", "latin1");
+
 /**
  * Where the head that starts `bytes` ends (after its blank line), or -1 when it does not end in
  * them: after the first CR LF CR LF. llhttp, strict, refuses a line ended without its CR, and a
  * head's line cannot be empty, so no head ends before it; blank lines before a message (which
- * llhttp skips) end no head, and the parse then goes on whole. Line by line: a search for a byte
- * is memchr behind one of V8's fast calls, several times cheaper than a search for the four
- * (decision 204).
+ * llhttp skips) end no head, and the parse then goes on whole (decision 204). node's search
+ * (memchr for the CR, then a compare) beat a loop over every fourth byte and a memchr call for
+ * each LF from JavaScript on heads of 18 fields, and was within 20 ns of them on heads of four.
  */
 export function headEnd(bytes: Buffer): number {
-  const last = bytes.length - 2;
-  let lf = bytes.indexOf(0x0a, 1);
-  while (lf !== -1 && lf < last) {
-    if (bytes[lf + 1] === 0x0d && bytes[lf + 2] === 0x0a && bytes[lf - 1] === 0x0d) return lf + 3;
-    lf = bytes.indexOf(0x0a, lf + 1);
-  }
-  return -1;
+  const at = bytes.indexOf(HEAD_END, 0);
+  return at === -1 ? -1 : at + HEAD_END.length;
 }
 
 /** Whether this node has the parser the client needs. */
