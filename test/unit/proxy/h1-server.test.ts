@@ -7,7 +7,7 @@ import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { H1Response } from "../../../proxy/listener/h1-response.js";
 import { H1_SERVER_AVAILABLE, H1Server } from "../../../proxy/listener/h1-server.js";
-import { HTTPParser } from "../../../proxy/upstream-h1-wire.js";
+import { spyParserInitialize } from "../../helpers/parser-spy.js";
 
 type Handler = (req: IncomingMessage, res: H1Response) => void;
 
@@ -428,16 +428,8 @@ describe.runIf(H1_SERVER_AVAILABLE)("the HTTP/1.1 server, after its review", () 
 
   it("parses a head that comes whole on the parser it has, and gives one that came in pieces a fresh one", async () => {
     // Initializing node's parser costs more than the rest of a request's parse (decision 204).
-    const P = HTTPParser!;
-    const init = P.prototype.initialize;
-    let calls = 0;
-    P.prototype.initialize = function (this: typeof P.prototype, ...a: Parameters<typeof init>) {
-      calls++;
-      return init.apply(this, a);
-    };
-    stops.push(() => {
-      P.prototype.initialize = init;
-    });
+    const spy = spyParserInitialize();
+    stops.push(spy.restore);
     const { port } = await setup(async (req, res) => res.end(`got ${await body(req)};`));
     const c = await client(port);
     const request = "POST /r HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok";
@@ -445,15 +437,15 @@ describe.runIf(H1_SERVER_AVAILABLE)("the HTTP/1.1 server, after its review", () 
       c.socket.write(request);
       await c.until("got ok;", i);
     }
-    expect(calls).toBe(1);
+    expect(spy.calls()).toBe(1);
     c.socket.write(request.slice(0, 20));
     await new Promise((r) => setTimeout(r, 15));
     c.socket.write(request.slice(20));
     await c.until("got ok;", 11);
-    expect(calls).toBe(2);
+    expect(spy.calls()).toBe(2);
     c.socket.write(request + request);
     await c.until("got ok;", 13);
-    expect(calls).toBe(2);
+    expect(spy.calls()).toBe(2);
   });
 
   it("keeps a bounded part of a head llhttp does not count (blank lines, spaces) and refuses the rest", async () => {

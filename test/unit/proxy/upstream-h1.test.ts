@@ -8,7 +8,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { HeaderList } from "../../../proxy/headers.js";
 import { lowerName } from "../../../proxy/headers.js";
 import { H1_PARSER_AVAILABLE, H1Pools } from "../../../proxy/upstream-h1.js";
-import { HTTPParser, headEnd, headerObject } from "../../../proxy/upstream-h1-wire.js";
+import { headEnd, headerObject } from "../../../proxy/upstream-h1-wire.js";
+import { spyParserInitialize } from "../../helpers/parser-spy.js";
 
 interface Seen {
   conn: number;
@@ -534,16 +535,8 @@ describe("H1Pools", () => {
 
   it("parses a head that comes whole on the parser it has, and gives one that came in pieces a fresh one", async () => {
     // Initializing node's parser costs more than the rest of an answer's parse (decision 204).
-    const P = HTTPParser!;
-    const init = P.prototype.initialize;
-    let calls = 0;
-    P.prototype.initialize = function (this: typeof P.prototype, ...a: Parameters<typeof init>) {
-      calls++;
-      return init.apply(this, a);
-    };
-    cleanups.push(() => {
-      P.prototype.initialize = init;
-    });
+    const spy = spyParserInitialize();
+    cleanups.push(spy.restore);
     let split = false;
     const s = await rawServer((socket) => {
       const answer = OK("ok");
@@ -554,13 +547,13 @@ describe("H1Pools", () => {
       }
     });
     for (let i = 0; i < 10; i++) expect((await send(s.pools, s.origin, {})).body).toBe("ok");
-    expect(calls).toBe(1);
+    expect(spy.calls()).toBe(1);
     split = true;
     expect((await send(s.pools, s.origin, {})).body).toBe("ok");
-    expect(calls).toBe(2);
+    expect(spy.calls()).toBe(2);
     split = false;
     expect((await send(s.pools, s.origin, {})).body).toBe("ok");
-    expect(calls).toBe(2);
+    expect(spy.calls()).toBe(2);
     expect(new Set(s.seen.map((r) => r.conn))).toEqual(new Set([0]));
   });
 
