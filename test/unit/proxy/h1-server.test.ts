@@ -208,24 +208,29 @@ describe.runIf(H1_SERVER_AVAILABLE)("the intercepted connections' HTTP/1.1 serve
       ["GET /old HTTP/1.0\r\nHost: a\r\n\r\n", "GET /old "],
       ["GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", "UPGRADE /ws test"],
     ];
-    for (const [request, saw] of cases) {
-      let served = 0;
-      const { port, fallbackSaw } = await setup((req, res) => {
-        served++;
-        void body(req).then(() => res.end("mine"));
-      });
-      const c = await client(port);
-      // One request of its own first: the hand-over happens in the middle of the connection,
-      // with the request split across reads.
-      c.socket.write("GET /first HTTP/1.1\r\nHost: a\r\n\r\n");
-      await c.until("mine");
-      c.socket.write(request.slice(0, 10));
-      await new Promise((r) => setTimeout(r, 20));
-      c.socket.write(request.slice(10));
-      await c.until(saw.startsWith("UPGRADE") ? "switched" : "node:");
-      expect(fallbackSaw).toEqual([saw]);
-      expect(served).toBe(1);
-    }
+    for (const [request, saw] of cases)
+      for (const whole of [false, true]) {
+        let served = 0;
+        const { port, fallbackSaw } = await setup((req, res) => {
+          served++;
+          void body(req).then(() => res.end("mine"));
+        });
+        const c = await client(port);
+        // One request of its own first: the hand-over happens in the middle of the connection,
+        // with the request whole or split across reads.
+        c.socket.write("GET /first HTTP/1.1\r\nHost: a\r\n\r\n");
+        await c.until("mine");
+        // Whole, its head is parsed alone (decision 204): the body behind it goes over too.
+        if (whole) c.socket.write(request);
+        else {
+          c.socket.write(request.slice(0, 10));
+          await new Promise((r) => setTimeout(r, 20));
+          c.socket.write(request.slice(10));
+        }
+        await c.until(saw.startsWith("UPGRADE") ? "switched" : "node:");
+        expect(fallbackSaw).toEqual([saw]);
+        expect(served).toBe(1);
+      }
   });
 
   it("lets node's server answer a head its parser refuses", async () => {
