@@ -209,10 +209,10 @@ class Conn {
    * Parses `chunk`, or passes it on as body bytes (#passBody). A head that is here whole, up to
    * its blank line, is parsed alone (#exact): the parser ends the message at the head (#onHead's
    * 1) and stands ready for the next one. A parse that went on past the head had to be stopped
-   * there as an upgrade stops it (2), which leaves llhttp's upgrade flag up, and with it up a
-   * head past the size limit was not refused, so the parser is initialized afresh after it; that
-   * call, and the message hooks a head parsed alone does without, cost more than the rest of the
-   * answer's parse (decision 204).
+   * there as an upgrade stops it (2), which leaves llhttp's upgrade flag up, and with it up the
+   * binding reports a parse error as a byte count, so the parser is initialized afresh after it;
+   * that call, and the message hooks a head parsed alone does without, cost more than the rest
+   * of the answer's parse (decision 204).
    */
   #take(chunk: Buffer): void {
     let at = 0;
