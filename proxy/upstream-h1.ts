@@ -63,7 +63,7 @@ class Conn {
   #reading = false;
   /** The parse under way has the head alone, up to its blank line (see #take). */
   #exact = false;
-  /** Bytes of the answer's head went to the parser without ending it: the rest comes whole. */
+  /** The parser may hold part of the answer's next head: the rest of it goes in whole. */
   #headPart = false;
   /** Heads the parser has ended: tells a parse that ended one from one that did not. */
   #heads = 0;
@@ -244,8 +244,9 @@ class Conn {
         this.kill();
         return;
       }
-      if (this.#heads !== heads) this.#headPart = false;
-      else if (x !== undefined && !x.head) this.#headPart = true;
+      // Only a head parsed alone leaves the parser between messages: any other parse took
+      // every byte, and past a 1xx head it ended, part of the next head may be in the parser.
+      this.#headPart = !(exact && this.#heads !== heads);
       if (this.#rawLeft > 0 && !exact) {
         const P = HTTPParser!;
         this.parser.initialize(P.RESPONSE, {}, 0, P.kLenientNone);

@@ -533,6 +533,27 @@ describe("H1Pools", () => {
     expect(s.seen.map((r) => r.conn)).toEqual(Array(cuts.length + 1).fill(0));
   });
 
+  it("never reads a body as a head: a 1xx answer, then a final head whose blank line is cut, then a body with a blank line", async () => {
+    // The parse that ends the 1xx answer goes on into the final head; the next read starts
+    // inside that head's blank line, and its body holds a CR LF CR LF (and even a head).
+    const bodies = ["HTTP/1.1 200 OK\r\nx-smuggled: 1\r\n\r\ntail!", "line1\r\n\r\nline2"];
+    let i = 0;
+    const s = await rawServer((socket) => {
+      socket.setNoDelay(true);
+      const body = bodies[i++]!;
+      socket.write("HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n");
+      setTimeout(() => socket.write(`\r\nHTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n`), 30);
+      setTimeout(() => socket.write(`\r\n${body}`), 60);
+    });
+    for (const body of bodies) {
+      const out = await send(s.pools, s.origin, { method: "GET", body: null });
+      expect(out.error).toBeUndefined();
+      expect(out.events.filter((e) => e.startsWith("head"))).toEqual(["head 200"]);
+      expect(out.headers!["x-smuggled"]).toBeUndefined();
+      expect(out.body).toBe(body);
+    }
+  });
+
   it("parses a head that comes whole on the parser it has, and gives one that came in pieces a fresh one", async () => {
     // Initializing node's parser costs more than the rest of an answer's parse (decision 204).
     const spy = spyParserInitialize();
