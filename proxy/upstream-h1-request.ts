@@ -1,5 +1,6 @@
-// One request of upstream-h1.ts (decision 188) and the controller its handler is given:
-// abort, pause and resume, and the request body as it streams to the connection.
+// One request of the HTTP/1.1 upstream client (upstream-h1.ts, decision 188) on a connection
+// (upstream-h1-conn.ts), and the controller its handler is given: abort, pause and resume, and
+// the request body as it streams to the connection.
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import type { Dispatcher } from "undici";

@@ -1,5 +1,6 @@
-// The wire side of upstream-h1.ts (decision 188): node's llhttp binding, checked once, and the
-// request head keybroker writes itself, with the checks that keep a header from splitting it.
+// The wire side of upstream-h1.ts and upstream-h1-conn.ts (decision 188): node's llhttp
+// binding, checked once, and the request head keybroker writes itself, with the checks that keep
+// a header from splitting it.
 import { createRequire } from "node:module";
 import { Socket } from "node:net";
 import { lowerName } from "./headers.js";

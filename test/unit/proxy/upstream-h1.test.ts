@@ -1,6 +1,6 @@
-// The request path's HTTP/1.1 upstream client (proxy/upstream-h1.ts, decision 188) against a
-// server on 127.0.0.1 that writes its answers byte by byte as each test says, and records what
-// it was sent and on which connection.
+// The request path's HTTP/1.1 upstream client (proxy/upstream-h1.ts and upstream-h1-conn.ts,
+// decision 188) against a server on 127.0.0.1 that writes its answers byte by byte as each test
+// says, and records what it was sent and on which connection.
 import net from "node:net";
 import { PassThrough } from "node:stream";
 import type { Dispatcher } from "undici";
