@@ -10,7 +10,8 @@
 //
 // A phantom maps to its login, not to one real value: after keybroker refreshes the login,
 // phantoms handed out earlier still stand for its current token.
-import { createHmac, timingSafeEqual } from "node:crypto";
+import { createHmac } from "node:crypto";
+import { sameToken } from "../../core/same-token.js";
 
 export type PhantomKind = "access" | "refresh" | "id" | "api_key";
 const KINDS: readonly PhantomKind[] = ["access", "refresh", "id", "api_key"];
@@ -109,9 +110,13 @@ export class Phantoms {
     return parseBinding(text.slice(0, text.lastIndexOf("/")));
   }
 
+  /**
+   * Whether `given` is the MAC's own base64url text. Compared as text, not decoded: a decoder
+   * ignores the spare low bits of the last character, so 16 spellings of a 16-byte MAC (4 of a
+   * 32-byte one) would otherwise all pass, and a phantom would not be one exact string.
+   */
   #same(given: string, mac: Buffer): boolean {
-    const sent = Buffer.from(given, "base64url");
-    return sent.length === mac.length && timingSafeEqual(sent, mac);
+    return sameToken(given, mac.toString("base64url"));
   }
 
   /** Every phantom of ours in `text`, with what it stands for. */

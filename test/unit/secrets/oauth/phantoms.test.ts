@@ -65,4 +65,23 @@ describe("phantoms", () => {
     expect(p.read(`${h}.${Buffer.from('{"exp":2}').toString("base64url")}.${s}`)).toBeUndefined();
     expect(p.read("kbph_bm9uc2Vuc2U.AAAAAAAAAAAAAAAAAAAAAA")).toBeUndefined();
   });
+
+  it("is one exact string: its MAC spelled with other spare bits in its last character is not one", () => {
+    const B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const opaque = p.make("ya29.real", { ...b, provider: "gemini-oauth" });
+    const token = p.make(jwt({ alg: "RS256" }, { exp: 1 }), b);
+    for (const ph of [opaque, token]) {
+      // The lowest bit of the last character is a spare one for a 16-byte and a 32-byte MAC:
+      // the changed text decodes to the very same bytes.
+      const last = B64URL.indexOf(ph.at(-1)!);
+      const respelled = `${ph.slice(0, -1)}${B64URL[last ^ 1]}`;
+      const mac = ph.slice(ph.lastIndexOf(".") + 1);
+      expect(Buffer.from(respelled.slice(ph.lastIndexOf(".") + 1), "base64url")).toEqual(
+        Buffer.from(mac, "base64url"),
+      );
+      expect(p.read(ph)).toBeDefined();
+      expect(p.read(respelled)).toBeUndefined();
+      expect(p.find(`Bearer ${respelled}`)).toEqual([]);
+    }
+  });
 });
