@@ -38,21 +38,28 @@ export function processesHolding(secret: string): string[] {
 }
 
 /**
- * A Node script an agent runs to do the same from inside: it prints every process's environment
- * and command line, base64, one JSON object per line, for the test to search.
+ * A Node script an agent runs to do the same from inside: it writes every process's environment
+ * and command line, base64, one JSON object per line, to `file` for the test to search. A file
+ * outside the scanned homes, not stdout: the dump holds whatever other tests' processes have in
+ * theirs at that moment (a broker in the milliseconds before it blanks its environment), and
+ * everything a test's commands print is scanned for every secret of the suite.
  */
-export const DUMP_ENVIRONS = `
+export function dumpEnvirons(file: string): string {
+  return `
 const fs = require("node:fs");
+const lines = [];
 for (const pid of fs.readdirSync("/proc").filter((n) => /^\\d+$/.test(n))) {
   const out = { pid };
   for (const f of ["environ", "cmdline"]) {
     try { out[f] = fs.readFileSync("/proc/" + pid + "/" + f).toString("base64"); } catch {}
   }
-  console.log(JSON.stringify(out));
+  lines.push(JSON.stringify(out));
 }
+fs.writeFileSync(${JSON.stringify(file)}, lines.join("\\n") + "\\n");
 `;
+}
 
-/** The pids whose dumped environment or command line (from DUMP_ENVIRONS) holds `secret`. */
+/** The pids whose dumped environment or command line (from `dumpEnvirons`) holds `secret`. */
 export function dumpsHolding(dump: string, secret: string): string[] {
   const hits: string[] = [];
   for (const line of dump.split("\n")) {

@@ -2,13 +2,14 @@
 // README's way with the key exported to it, or by `keybroker run` for its command, no process's
 // /proc/<pid>/environ or cmdline holds the key, and the broker still injects it upstream.
 import { once } from "node:events";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ProxyAgent, request } from "undici";
 import { afterAll, describe, expect, it } from "vitest";
 import { type BrokerProcess, cliAsync, scannedHomes, startBroker, writeConfig } from "../helpers/broker.js";
 import { curlChatArgs } from "../helpers/curl.js";
-import { DUMP_ENVIRONS, dumpsHolding, processesHolding, uniqueSecret } from "../helpers/environ.js";
+import { dumpEnvirons, dumpsHolding, processesHolding, uniqueSecret } from "../helpers/environ.js";
 import { rulesFor } from "../helpers/fixture.js";
 import { type FakeUpstream, startUpstream } from "../helpers/upstream.js";
 
@@ -22,18 +23,28 @@ afterAll(async () => {
   await upstream?.close();
 });
 
-/** An agent that lists every process's environment and command line, then calls the API with curl. */
-function writeAgent(dir: string): string {
+/**
+ * An agent that lists every process's environment and command line, then calls the API with curl.
+ * `read()` gives what it listed and removes the list.
+ */
+function writeAgent(dir: string): { agent: string; read: () => string } {
   const agent = join(dir, "agent.cjs");
+  const dumpDir = mkdtempSync(join(tmpdir(), "kb-environ-dump-"));
+  const dump = join(dumpDir, "environs.jsonl");
   writeFileSync(
     agent,
-    `${DUMP_ENVIRONS}
+    `${dumpEnvirons(dump)}
 const { execFileSync } = require("node:child_process");
 console.log("curl:", execFileSync("curl", ${JSON.stringify(curlChatArgs("KEY"))}.map((a) =>
   a.replace("Bearer KEY", "Bearer " + process.env.OPENAI_API_KEY)), { encoding: "utf8" }).trim().split("\\n").at(-1));
 `,
   );
-  return agent;
+  const read = () => {
+    const text = readFileSync(dump, "utf8");
+    rmSync(dumpDir, { recursive: true, force: true });
+    return text;
+  };
+  return { agent, read };
 }
 
 describe("keybroker start", () => {
@@ -68,15 +79,18 @@ describe("keybroker start", () => {
 
     // keybroker run, using this broker, started from a shell that exports the key: its command
     // finds the key in no process either (run blanks its own environment too).
+    const dumped = writeAgent(h);
     const runs = await cliAsync(
-      ["run", "--home", h, "--config", config, "--", process.execPath, writeAgent(h)],
+      ["run", "--home", h, "--config", config, "--", process.execPath, dumped.agent],
       {
         env: { OPENAI_API_KEY: KEY },
       },
     );
     expect(runs.status, runs.stderr).toBe(0);
     expect(runs.stdout).toContain("curl: 200");
-    expect(dumpsHolding(runs.stdout, KEY)).toEqual([]);
+    const dump = dumped.read();
+    expect(dump).toContain(`{"pid":"${pid}"`); // the broker's own, among every other
+    expect(dumpsHolding(dump, KEY)).toEqual([]);
     expect(upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${KEY}`);
 
     // keybroker stop finds and stops that pid; it says so and exits cleanly.
@@ -95,16 +109,17 @@ describe("keybroker run, with a broker of its own", () => {
     upstream ??= await startUpstream();
     const h = home();
     const config = writeConfig(h, rulesFor(upstream));
-    const agent = writeAgent(h);
+    const dumped = writeAgent(h);
     const before = upstream.received.length;
-    const r = await cliAsync(["run", "--home", h, "--config", config, "--", process.execPath, agent], {
+    const r = await cliAsync(["run", "--home", h, "--config", config, "--", process.execPath, dumped.agent], {
       env: { OPENAI_API_KEY: KEY, MY_COPY: COPY },
     });
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout).toContain("curl: 200");
     // The dump covers the agent's parent (keybroker run, the broker) and every other process.
-    expect(r.stdout).toContain(`{"pid":"${process.pid}"`);
-    expect(dumpsHolding(r.stdout, KEY)).toEqual([]);
+    const dump = dumped.read();
+    expect(dump).toContain(`{"pid":"${process.pid}"`);
+    expect(dumpsHolding(dump, KEY)).toEqual([]);
     expect(upstream.received.slice(before).map((x) => x.headers.authorization)).toEqual([`Bearer ${KEY}`]);
   }, 60_000);
 });
