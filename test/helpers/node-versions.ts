@@ -1,4 +1,5 @@
-// Node 22 and 24 for the tests that must see how each Node runtime treats an agent: installed
+// Node 20, 22 and 24 for the tests that must see how each Node runtime treats an agent (Node 20
+// is the one running the tests, unless the suite runs on another): installed
 // once from the npm registry's `node` package (which ships the binary) into
 // node_modules/.cache/keybroker-node/<version>, then reused. Not devDependencies: the package's
 // `node` bin would shadow the system node in every npm script, and `npm ci` would fetch ~60 MB
@@ -10,7 +11,7 @@ import { promisify } from "node:util";
 import { ROOT } from "./broker.js";
 
 /** The versions tested, pinned: what each does with NODE_USE_ENV_PROXY is part of the test. */
-export const NODE_VERSIONS = { 22: "22.23.3", 24: "24.21.0" } as const;
+export const NODE_VERSIONS = { 20: "20.20.2", 22: "22.23.3", 24: "24.21.0" } as const;
 
 const CACHE = join(ROOT, "node_modules", ".cache", "keybroker-node");
 const run = promisify(execFile);

@@ -27,9 +27,11 @@ describe("system roots", () => {
     expect(res.status, res.text).toBe(200);
     const got = f.upstream.received.at(-1)!;
     expect(got.headers.authorization).toBe(`Bearer ${REAL_OPENAI}`);
-    // The agent's bundle carries it too, for what the agent reaches through a tunnel.
-    const bundle = readFileSync(f.broker.bundlePath, "utf8");
-    expect(bundle).toContain(f.upstream.ca.certPem.trim());
+    // The agent's bundle carries it too, for what the agent reaches through a tunnel. Its line
+    // ends are the first copy's: Node 22.15+ reads SSL_CERT_FILE into its own system store (LF),
+    // the file itself has CR LF.
+    const lines = (pem: string) => pem.trim().replace(/\r\n/g, "\n");
+    expect(lines(readFileSync(f.broker.bundlePath, "utf8"))).toContain(lines(f.upstream.ca.certPem));
   });
 
   it("without it, the provider's certificate is not trusted (502 upstream_tls)", async () => {
