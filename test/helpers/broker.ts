@@ -84,6 +84,26 @@ export interface StartOptions {
 
 /** Everything the broker wrote, collected across restarts, for the secret scan. */
 export const outputs: string[] = [];
+/** What printed each of `outputs` (the command), named in the scan's findings. */
+const outputSources: string[] = [];
+
+/** Keeps what a process printed for the secret scan, with what printed it (`source`). */
+export function keepOutput(source: string, stdout: string, stderr?: string): void {
+  outputs.push(stdout);
+  outputSources.push(`${source}: stdout`);
+  if (stderr === undefined) return;
+  outputs.push(stderr);
+  outputSources.push(`${source}: stderr`);
+}
+
+/** A command line for `keepOutput`, short enough for a finding. */
+export function commandSource(command: string, args: readonly string[]): string {
+  const text = [
+    command === process.execPath ? "node" : command,
+    ...args.map((a) => (a === CLI ? "keybroker" : a)),
+  ].join(" ");
+  return text.length > 160 ? `${text.slice(0, 157)}...` : text;
+}
 
 export async function startBroker(opts: StartOptions = {}): Promise<BrokerProcess> {
   const home = opts.home ?? tempHome();
@@ -135,7 +155,7 @@ export async function startBroker(opts: StartOptions = {}): Promise<BrokerProces
         child.kill("SIGTERM");
         await exited;
       }
-      outputs.push(out, err);
+      keepOutput(commandSource(process.execPath, args), out, err);
     },
   };
 }
@@ -158,7 +178,7 @@ export function cli(
     input: opts.input ?? "",
     timeout: 60_000,
   });
-  outputs.push(r.stdout, r.stderr);
+  keepOutput(commandSource(process.execPath, [CLI, ...args]), r.stdout, r.stderr);
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -189,7 +209,7 @@ export async function runProcess(
     opts.deadlineMs === undefined ? undefined : setTimeout(() => child.kill("SIGKILL"), opts.deadlineMs);
   const [code, signal] = (await once(child, "close")) as [number | null, string | null];
   clearTimeout(timer);
-  outputs.push(stdout, stderr);
+  keepOutput(commandSource(command, args), stdout, stderr);
   return { status: timer !== undefined && signal === "SIGKILL" ? null : code, stdout, stderr };
 }
 
@@ -233,10 +253,17 @@ export function findSecrets(
   allowed: (file: string) => boolean = () => false,
 ): string[] {
   const hits: string[] = [];
+  // Which command printed it; a secret in that command line itself is left out of the finding.
+  const source = (i: number): string => {
+    if (texts[i] !== outputs[i] || outputSources[i] === undefined) return "";
+    let text = outputSources[i]!;
+    for (const secret of secrets) for (const form of forms(secret)) text = text.replaceAll(form, "[secret]");
+    return ` (${text})`;
+  };
   for (const secret of secrets) {
     for (const form of forms(secret)) {
       texts.forEach((t, i) => {
-        if (t.includes(form)) hits.push(`output #${i} contains ${secret.slice(0, 6)}…`);
+        if (t.includes(form)) hits.push(`output #${i}${source(i)} contains ${secret.slice(0, 6)}…`);
       });
       for (const home of homes) {
         for (const file of walk(home)) {

@@ -5,7 +5,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { baseEnv, CLI, outputs } from "./broker.js";
+import { baseEnv, CLI, commandSource, keepOutput } from "./broker.js";
 
 export interface Running {
   readonly child: ChildProcess;
@@ -54,7 +54,7 @@ export function startProcess(
     wake();
   });
   const exited = once(child, "close").then(([code]) => {
-    outputs.push(out, err);
+    keepOutput(commandSource(command, args), out, err);
     wake();
     return code as number | null;
   });

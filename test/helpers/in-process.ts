@@ -17,6 +17,7 @@ import {
   findSecrets,
   homeArgs,
   homeWithCa,
+  keepOutput,
   outputs,
   tempHome,
   writeConfig,
@@ -88,7 +89,7 @@ export async function startInProcessBroker(opts: InProcessOptions = {}): Promise
       if (stopped) return;
       stopped = true;
       await broker.close();
-      outputs.push(lines.join(""));
+      keepOutput(`in-process broker of ${home}`, lines.join(""));
     },
   };
 }

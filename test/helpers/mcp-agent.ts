@@ -8,7 +8,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Agent, type ProxyAgent, fetch as undiciFetch } from "undici";
 import { expect } from "vitest";
-import { baseEnv, CLI, outputs } from "./broker.js";
+import { baseEnv, CLI, commandSource, keepOutput } from "./broker.js";
 import type { FakeMcp } from "./fake-mcp.js";
 
 /** What the agent's client saw of each answer (the SDK hides the headers of a refusal). */
@@ -101,6 +101,6 @@ export async function mcpAuthAdd(
   await (await undiciFetch(callback!)).text();
   await browser.close();
   const [code] = (await closed) as [number | null];
-  outputs.push(out, err);
+  keepOutput(commandSource(process.execPath, [CLI, ...args]), out, err);
   return { code, out, err };
 }
