@@ -236,9 +236,9 @@ function* walk(dir: string): Generator<string> {
   }
 }
 
-/** The forms a secret could be written in. */
+/** The forms a secret could be written in, each once (most keys are their own URL encoding). */
 function forms(secret: string): string[] {
-  return [secret, Buffer.from(secret).toString("base64"), encodeURIComponent(secret)];
+  return [...new Set([secret, Buffer.from(secret).toString("base64"), encodeURIComponent(secret)])];
 }
 
 /**
